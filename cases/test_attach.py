@@ -1,0 +1,37 @@
+"""Tattach: "establishes a fid ... as the root of the file tree the client will access" (attach(5))."""
+
+from __future__ import annotations
+
+import errno
+import stat
+
+from fixtures.expect import expect_rlerror
+from fixtures.qos import qos
+from harness.p9 import wire
+from harness.p9.session import Session
+
+
+@qos("attach/basic", backends=["synth"])
+def test_attach_basic(p9: Session) -> None:
+    """The root qid is a directory, Tgetattr on the fid agrees, and the fid is real."""
+    p9.version()
+    fid, qid = p9.attach(0)
+    assert qid["type"] == wire.QTDIR
+    attr = p9.getattr(fid)
+    assert attr.qid == qid
+    assert stat.S_ISDIR(attr.mode), f"root mode {attr.mode:#o}"
+    assert attr.valid & wire.GETATTR_BASIC == wire.GETATTR_BASIC
+    p9.clunk(fid)
+    with expect_rlerror(errno.ENOENT):
+        p9.getattr(fid)  # clunked: the fid is gone
+
+
+@qos("attach/second_fid", backends=["synth"])
+def test_attach_twice_same_root(p9: Session) -> None:
+    """Two attaches on two fids reach the same root qid."""
+    p9.version()
+    first, qid1 = p9.attach()
+    second, qid2 = p9.attach()
+    assert first != second and qid1 == qid2
+    p9.clunk(first)
+    p9.clunk(second)

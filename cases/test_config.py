@@ -1,0 +1,22 @@
+"""Device configuration space of virtio-9p (virtio 1.x 5.11.4: ``le16 tag_len; u8 tag[tag_len]``)."""
+
+from __future__ import annotations
+
+from fixtures.pool import Device
+from fixtures.qos import qos
+from harness.p9.transport import F_MOUNT_TAG
+
+
+@qos("config")
+def test_config(device: Device) -> None:
+    """"The tag is encoded in UTF-8 and padded with 0s" is not done by QEMU: tag_len is exact.
+
+    Checks the feature bit that announces the tag, the length field and every byte.
+    """
+    transport = device.transport
+    assert transport.features & F_MOUNT_TAG, f"VIRTIO_9P_MOUNT_TAG not negotiated: {transport.features:#x}"
+    want = device.machine.config.mount_tag.encode()
+    raw = transport.dev.read_config(0, 2 + len(want) + 1)
+    assert int.from_bytes(raw[:2], "little") == len(want), f"tag_len field reads {raw[:2].hex()}"
+    assert raw[2 : 2 + len(want)] == want
+    assert transport.mount_tag() == "qtest"

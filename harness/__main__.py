@@ -1,0 +1,67 @@
+"""``python -m harness``: provisioning, diagnosis and benchmarks.
+
+    python -m harness qemu build [--with-qos-test]   build (once) and print the binary's path
+    python -m harness qemu path                      print the binary the harness would use
+    python -m harness doctor [--qemu-binary B]       what the harness sees, as a table
+    python -m harness bench rtt [--qemu-binary B]    qtest and 9P round trips per second
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from harness.errors import HarnessError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    qemu = sub.add_parser("qemu", help="provision the QEMU under test")
+    qemu_sub = qemu.add_subparsers(dest="action", required=True)
+    build = qemu_sub.add_parser("build", help="build a qtest-capable QEMU from Debian's source package")
+    build.add_argument("--with-qos-test", action="store_true", help="also build QEMU's C tests/qtest/qos-test")
+    qemu_sub.add_parser("path", help="print the binary the harness would use")
+
+    doctor = sub.add_parser("doctor", help="print what the harness finds")
+    doctor.add_argument("--qemu-binary")
+
+    bench = sub.add_parser("bench", help="benchmarks")
+    bench_sub = bench.add_subparsers(dest="bench", required=True)
+    rtt = bench_sub.add_parser("rtt", help="qtest and sequential 9P round trips per second")
+    rtt.add_argument("--qemu-binary")
+    rtt.add_argument("--transport", choices=("modern", "legacy"), default="modern")
+    rtt.add_argument("--seconds", type=float, default=2.0, help="time spent on each measurement")
+
+    args = parser.parse_args(argv)
+    try:
+        return _dispatch(args)
+    except HarnessError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from harness import provision
+
+    if args.command == "qemu" and args.action == "build":
+        print(provision.build(with_qos_test=args.with_qos_test))
+        return 0
+    if args.command == "qemu" and args.action == "path":
+        binary, source = provision.find_qemu()
+        print(binary)
+        return 0
+    if args.command == "doctor":
+        from harness.doctor import doctor
+
+        return doctor(args.qemu_binary)
+    if args.command == "bench" and args.bench == "rtt":
+        from harness.bench import bench_rtt
+
+        return bench_rtt(args.qemu_binary, args.transport, args.seconds)
+    raise AssertionError(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""``python -m harness doctor``: what the harness finds, as a table."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+from pathlib import Path
+
+from tabulate import tabulate
+
+from harness import provision
+from harness.errors import HarnessError
+from harness.machine import MachineConfig
+from harness.p9.connect import connect
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _synth_tree(binary: Path, accel: str) -> str:
+    """Really look: attach to the synth backend and walk to WALK0 and LOPEN."""
+    try:
+        with connect(MachineConfig(binary=binary, accel=accel)) as conn:  # type: ignore[arg-type]
+            fid, _ = conn.session.walk(0, ["LOPEN"])
+            conn.session.clunk(fid)
+            conn.session.clunk(0)
+        return "yes (walked to LOPEN)"
+    except HarnessError as err:
+        return f"no ({str(err).splitlines()[0]})"
+
+
+def doctor(explicit: str | None) -> int:
+    rows: list[tuple[str, str]] = []
+    try:
+        binary, source = provision.find_qemu(explicit)
+    except HarnessError as err:
+        rows.append(("QEMU binary", f"none: {err}"))
+        binary = None
+    status = 0
+    if binary is not None:
+        rows.append(("QEMU binary", f"{binary} (from {source})"))
+        found = provision.probe(binary)
+        rows += [
+            ("QEMU version", found.version),
+            ("qtest accelerator", _yes(found.qtest_accel) + ("" if found.qtest_accel else " (degraded: -accel tcg -S)")),
+            ("-qtest option", _yes(found.qtest_option)),
+            ("virtio-9p-pci", _yes(found.virtio_9p_pci)),
+            ("synth test tree", _synth_tree(binary, found.accel) if found.usable else "no (binary unusable)"),
+            ("qos-test beside it", str(provision.qos_test_for(binary) or "no")),
+        ]
+        status = 0 if found.usable else 1
+    else:
+        status = 1
+    for directory in provision.FIRMWARE_DIRS:
+        rows.append((f"firmware {directory}", _yes(directory.is_dir())))
+    rows.append(("bios-256k.bin", _yes((provision.FIRMWARE_DIRS[0] / "bios-256k.bin").is_file())))
+    for package in ("qemu.qmp", "construct", "tabulate", "pytest", "pytest-xdist"):
+        try:
+            version = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            version = "not installed"
+        rows.append((package, version))
+    rows.append(("python", platform.python_version()))
+    rows.append(("build cache", str(provision.cache_root())))
+    print(tabulate(rows, headers=("item", "found"), tablefmt="github"))
+    return status

@@ -1,0 +1,117 @@
+"""Guest physical memory: the allocator and the memory-access protocol the drivers use.
+
+The allocator is first-fit over an address-sorted free list, page-granular, as libqos's
+``guest_alloc`` is, but it is an object per device bring-up (no global state) and it can tell
+what is still allocated, so every test can end with a leak check.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Protocol
+
+from harness.errors import GuestMemoryError, LeakError
+
+PAGE = 4096
+#: libqos leaves the first MiB alone (BIOS, real-mode structures).
+ALLOC_START = 0x100000
+#: Above this the PC machine maps PCI holes.
+PCI_HOLE = 0xE0000000
+
+
+class GuestMemory(Protocol):
+    """What the virtqueue needs from guest memory.  :class:`harness.qtest.QTest` is one."""
+
+    def memread(self, addr: int, size: int) -> bytes: ...
+
+    def memread_many(self, spans: list[tuple[int, int]]) -> list[bytes]: ...
+
+    def memwrite(self, addr: int, data: bytes) -> None: ...
+
+
+def align_up(value: int, alignment: int) -> int:
+    return (value + alignment - 1) // alignment * alignment
+
+
+class GuestAllocator:
+    """First-fit page allocator over ``[start, end)`` of guest physical memory."""
+
+    def __init__(self, start: int, end: int, page: int = PAGE) -> None:
+        if start >= end or start % page or end % page:
+            raise GuestMemoryError(f"bad allocator range [{start:#x}, {end:#x}) for page {page}")
+        self.start, self.end, self.page = start, end, page
+        self._free: list[tuple[int, int]] = [(start, end - start)]  # sorted (addr, size)
+        self._used: dict[int, int] = {}
+
+    @classmethod
+    def for_ram(cls, ram_size: int) -> GuestAllocator:
+        """The PC layout libqos uses: from 1 MiB to the end of RAM below the PCI hole."""
+        return cls(ALLOC_START, min(ram_size, PCI_HOLE) // PAGE * PAGE)
+
+    def alloc(self, size: int) -> int:
+        need = align_up(max(size, 1), self.page)
+        for i, (addr, free) in enumerate(self._free):
+            if free >= need:
+                if free == need:
+                    del self._free[i]
+                else:
+                    self._free[i] = (addr + need, free - need)
+                self._used[addr] = need
+                return addr
+        raise GuestMemoryError(
+            f"out of guest memory: {size} bytes wanted, {self.free_bytes} free in {len(self._free)} blocks"
+        )
+
+    def free(self, addr: int) -> None:
+        size = self._used.pop(addr, None)
+        if size is None:
+            raise GuestMemoryError(f"free of {addr:#x}, which is not an allocated block")
+        i = bisect.bisect_left(self._free, (addr, 0))
+        self._free.insert(i, (addr, size))
+        self._coalesce(i)
+
+    def _coalesce(self, i: int) -> None:
+        if i + 1 < len(self._free):
+            addr, size = self._free[i]
+            nxt, nsize = self._free[i + 1]
+            if addr + size == nxt:
+                self._free[i] = (addr, size + nsize)
+                del self._free[i + 1]
+        if i > 0:
+            prev, psize = self._free[i - 1]
+            addr, size = self._free[i]
+            if prev + psize == addr:
+                self._free[i - 1] = (prev, psize + size)
+                del self._free[i]
+
+    @property
+    def free_bytes(self) -> int:
+        return sum(size for _, size in self._free)
+
+    @property
+    def allocated(self) -> dict[int, int]:
+        """Live blocks, address to size."""
+        return dict(self._used)
+
+    def check_no_leaks(self, keep: frozenset[int] = frozenset()) -> None:
+        """Raise :class:`LeakError` if any block other than those in ``keep`` is allocated."""
+        leaked = {addr: size for addr, size in self._used.items() if addr not in keep}
+        if leaked:
+            blocks = ", ".join(f"{addr:#x}+{size:#x}" for addr, size in sorted(leaked.items()))
+            raise LeakError(f"{len(leaked)} guest memory block(s) leaked: {blocks}")
+
+
+FW_CFG_SELECTOR = 0x510
+FW_CFG_DATA = 0x511
+FW_CFG_RAM_SIZE = 0x03
+
+
+class PortIO(Protocol):
+    def outw(self, port: int, value: int) -> None: ...
+    def inb(self, port: int) -> int: ...
+
+
+def read_ram_size(io: PortIO) -> int:
+    """RAM size in bytes from QEMU's fw_cfg device (key FW_CFG_RAM_SIZE, 8 bytes LE)."""
+    io.outw(FW_CFG_SELECTOR, FW_CFG_RAM_SIZE)
+    return int.from_bytes(bytes(io.inb(FW_CFG_DATA) for _ in range(8)), "little")

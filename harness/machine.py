@@ -1,0 +1,337 @@
+"""One QEMU process: argv built from typed configuration, qtest and QMP connections, stderr kept.
+
+The harness listens on both UNIX sockets and QEMU connects (as libqtest does).  QEMU gets
+``PR_SET_PDEATHSIG(SIGKILL)`` and its own session, so it dies with the harness process even on
+``kill -9`` and never sees a terminal's Ctrl-C before the harness has cleaned up.  Every path out
+of :meth:`Machine.launch` and :meth:`Machine.shutdown` leaves no process, socket or directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from qemu.qmp import QMPError
+from qemu.qmp.legacy import QEMUMonitorProtocol
+
+from harness.errors import QEMUError, QEMUExited, QEMUStartError, QTestError
+from harness.qtest import QTest
+
+log = logging.getLogger(__name__)
+
+SecurityModel = Literal["mapped-xattr", "mapped-file", "passthrough", "none"]
+Accel = Literal["qtest", "tcg"]
+STDERR_TAIL_LINES = 20
+#: Lines QEMU prints on an orderly stop that say nothing about the case.
+BENIGN_STDERR = ("GLib: g_timer_elapsed: assertion 'timer != NULL' failed",)
+
+
+@dataclass(frozen=True)
+class SynthFs:
+    """QEMU's synthetic backend; under the qtest accelerator it holds the qtest test tree."""
+
+    def fsdev(self, fsdev_id: str) -> list[tuple[str, str]]:
+        return [("id", fsdev_id)]
+
+    kind = "synth"
+
+
+@dataclass(frozen=True)
+class LocalFs:
+    """The passthrough-to-host backend, exporting ``path``."""
+
+    path: Path
+    security_model: SecurityModel = "mapped-xattr"
+    multidevs: Literal["warn", "remap", "forbid"] | None = None
+    readonly: bool = False
+    extra: tuple[tuple[str, str], ...] = ()
+
+    kind = "local"
+
+    def fsdev(self, fsdev_id: str) -> list[tuple[str, str]]:
+        opts = [("id", fsdev_id), ("path", str(self.path)), ("security_model", self.security_model)]
+        if self.multidevs:
+            opts.append(("multidevs", self.multidevs))
+        if self.readonly:
+            opts.append(("readonly", "on"))
+        return opts + list(self.extra)
+
+
+FsConfig = SynthFs | LocalFs
+
+
+@dataclass(frozen=True)
+class MachineConfig:
+    """Everything that goes into QEMU's argv.  Equal configs can share a QEMU process."""
+
+    binary: Path
+    fs: FsConfig = field(default_factory=SynthFs)
+    transport: Literal["modern", "legacy"] = "modern"
+    accel: Accel = "qtest"
+    mount_tag: str = "qtest"
+    machine_type: str = "pc"
+    ram_mib: int = 128
+    pci_addr: str = "04.0"
+    ioeventfd: bool | None = None
+    firmware_dirs: tuple[Path, ...] = (Path("/usr/share/seabios"), Path("/usr/share/qemu"))
+    extra_args: tuple[str, ...] = ()
+
+    def device_opts(self) -> list[tuple[str, str]]:
+        opts = [("fsdev", "fsdev0"), ("mount_tag", self.mount_tag), ("addr", self.pci_addr)]
+        if self.transport == "legacy":
+            opts.append(("disable-modern", "on"))
+        if self.ioeventfd is not None:
+            opts.append(("ioeventfd", "on" if self.ioeventfd else "off"))
+        return opts
+
+    def argv(self, qtest_socket: Path, qmp_socket: Path) -> list[str]:
+        argv = [str(self.binary)]
+        for directory in self.firmware_dirs:
+            argv += ["-L", str(directory)]
+        argv += [
+            "-machine", self.machine_type,
+            "-m", f"{self.ram_mib}M",
+            "-display", "none",
+            "-nodefaults",
+            "-qtest", f"unix:{qtest_socket}",
+            "-qtest-log", "/dev/null",
+            "-chardev", _options("socket", [("path", str(qmp_socket)), ("id", "qmp0")]),
+            "-mon", "chardev=qmp0,mode=control",
+            "-fsdev", _options(self.fs.kind, self.fs.fsdev("fsdev0")),
+            "-device", _options("virtio-9p-pci", self.device_opts()),
+        ]  # fmt: skip
+        argv += ["-accel", "qtest"] if self.accel == "qtest" else ["-accel", "tcg", "-S"]
+        return argv + list(self.extra_args)
+
+
+def _options(driver: str, opts: list[tuple[str, str]]) -> str:
+    """QEMU's ``driver,key=value,...`` syntax; a comma inside a value is doubled."""
+    return ",".join([driver, *(f"{key}={value.replace(',', ',,')}" for key, value in opts)])
+
+
+def _die_with_parent(parent: int) -> None:
+    """Runs in the child between fork and exec."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+class Machine:
+    """A running QEMU.  ``with Machine(config) as m:`` launches it and always shuts it down."""
+
+    def __init__(
+        self, config: MachineConfig, *, qtest_timeout: float = 30.0, start_timeout: float = 15.0
+    ) -> None:
+        self.config = config
+        self.qtest_timeout = qtest_timeout
+        self.start_timeout = start_timeout
+        self._dir = Path(tempfile.mkdtemp(prefix="v9p-qemu-"))
+        self.argv = config.argv(self._dir / "qtest.sock", self._dir / "qmp.sock")
+        self.log_path = self._dir / "qemu.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._qtest: QTest | None = None
+        self._qmp: QEMUMonitorProtocol | None = None
+
+    # -- life cycle -----------------------------------------------------------------------------
+
+    def __enter__(self) -> Machine:
+        self.launch()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def launch(self) -> None:
+        """Start QEMU and connect qtest and QMP; on any failure clean up and raise."""
+        try:
+            self._launch()
+        except QEMUStartError:
+            self._abandon()
+            raise
+        except Exception as err:
+            status = self._stop_process()
+            error = QEMUStartError(
+                f"QEMU did not start: {err}", argv=self.argv, status=status, stderr_tail=self.stderr_tail()
+            )
+            self._abandon()
+            raise error from err
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _abandon(self) -> None:
+        self._stop_process(timeout=1.0)
+        self._close_connections()
+        self._remove_dir()
+
+    def _launch(self) -> None:
+        qtest_listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            qtest_listener.bind(str(self._dir / "qtest.sock"))
+            qtest_listener.listen(1)
+            self._qmp = QEMUMonitorProtocol(str(self._dir / "qmp.sock"), server=True)
+            log.debug("launch: %s", " ".join(self.argv))
+            with open(self.log_path, "wb") as out:
+                self._proc = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=lambda parent=os.getpid(): _die_with_parent(parent),  # type: ignore[misc]
+                )
+            deadline = time.monotonic() + self.start_timeout
+            conn = self._accept(qtest_listener, deadline)
+        finally:
+            qtest_listener.close()
+        self._qtest = QTest(conn, timeout=self.qtest_timeout, on_lost=self._explain_lost)
+        self._qmp.accept(timeout=max(0.1, deadline - time.monotonic()))
+        self._qtest.endianness()
+
+    def _accept(self, listener: socket.socket, deadline: float) -> socket.socket:
+        listener.settimeout(0.02)
+        assert self._proc is not None
+        while True:
+            try:
+                conn, _ = listener.accept()
+                return conn
+            except TimeoutError:
+                status = self._proc.poll()
+                if status is not None:
+                    raise QEMUStartError(
+                        "QEMU exited before connecting to the qtest socket",
+                        argv=self.argv, status=status, stderr_tail=self.stderr_tail(),
+                    ) from None  # fmt: skip
+                if time.monotonic() > deadline:
+                    raise QEMUStartError(
+                        f"QEMU did not connect to the qtest socket within {self.start_timeout} s",
+                        argv=self.argv, stderr_tail=self.stderr_tail(),
+                    ) from None  # fmt: skip
+
+    def shutdown(self, timeout: float = 5.0) -> int | None:
+        """Stop QEMU (QMP ``quit``, then SIGTERM, then SIGKILL) and remove its files.
+
+        Returns the exit status, or None if QEMU was never started.
+        """
+        try:
+            if self._qmp is not None and self.is_running():
+                with contextlib.suppress(QMPError, OSError, TimeoutError, EOFError):
+                    self._qmp.settimeout(timeout)
+                    self._qmp.cmd("quit")
+            return self._stop_process(timeout)
+        finally:
+            self._close_connections()
+            self._remove_dir()
+
+    def _stop_process(self, timeout: float = 5.0) -> int | None:
+        proc = self._proc
+        if proc is None:
+            return None
+        for sig in (None, signal.SIGTERM, signal.SIGKILL):
+            if sig is not None and proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(sig)
+            try:
+                return proc.wait(timeout=timeout if sig is not signal.SIGKILL else None)
+            except subprocess.TimeoutExpired:
+                continue
+        return proc.returncode
+
+    def _close_connections(self) -> None:
+        if self._qtest is not None:
+            self._qtest.close()
+        if self._qmp is not None:
+            with contextlib.suppress(QMPError, OSError, RuntimeError, EOFError):
+                self._qmp.close()
+            self._qmp = None
+
+    def _remove_dir(self) -> None:
+        if self._dir.exists():
+            self._saved_log = self.stderr_text()
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    # -- state ------------------------------------------------------------------------------------
+
+    @property
+    def qtest(self) -> QTest:
+        if self._qtest is None:
+            raise QEMUError("QEMU is not running", argv=self.argv)
+        return self._qtest
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def exit_status(self) -> int | None:
+        return self._proc.poll() if self._proc else None
+
+    def stderr_text(self) -> str:
+        """Everything QEMU printed so far (stdout and stderr), benign stop noise removed."""
+        try:
+            text = self.log_path.read_bytes().decode("utf-8", "replace")
+        except FileNotFoundError:
+            text = getattr(self, "_saved_log", "")
+        return "".join(line for line in text.splitlines(keepends=True) if line.strip() not in BENIGN_STDERR)
+
+    def stderr_tail(self, lines: int = STDERR_TAIL_LINES) -> str:
+        return "".join(self.stderr_text().splitlines(keepends=True)[-lines:])
+
+    def stderr_mark(self) -> int:
+        """A position to pass to :meth:`stderr_since`."""
+        return len(self.stderr_text())
+
+    def stderr_since(self, mark: int) -> str:
+        return self.stderr_text()[mark:]
+
+    def _explain_lost(self, err: QTestError) -> Exception | None:
+        """qtest lost its peer: say whether QEMU died, and how."""
+        proc = self._proc
+        if proc is None:
+            return None
+        try:
+            status: int | None = proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            status = None
+        if status is None:
+            return QEMUError(
+                f"{err}; QEMU (pid {proc.pid}) is still running but does not answer",
+                argv=self.argv, stderr_tail=self.stderr_tail(),
+            )  # fmt: skip
+        return QEMUExited(f"QEMU died: {err}", argv=self.argv, status=status, stderr_tail=self.stderr_tail())
+
+    # -- QMP ----------------------------------------------------------------------------------------
+
+    def qmp(self, command: str, **args: object) -> object:
+        """Run a QMP command and return its ``return`` value."""
+        if self._qmp is None:
+            raise QEMUError("QEMU is not running", argv=self.argv)
+        return self._qmp.cmd(command, **args)
+
+    def system_reset(self, timeout: float = 10.0) -> None:
+        """QMP ``system_reset`` and wait for the RESET event, as qos-test does between cases."""
+        if self._qmp is None:
+            raise QEMUError("QEMU is not running", argv=self.argv)
+        self._qmp.clear_events()
+        self._qmp.cmd("system_reset")
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            event = self._qmp.pull_event(wait=left)
+            if event and event.get("event") == "RESET":
+                return
+        raise QEMUError(f"no RESET event within {timeout} s after system_reset", argv=self.argv)

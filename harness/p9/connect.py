@@ -1,0 +1,31 @@
+"""One call from a QEMU configuration to a 9P session: for tools (doctor, bench, REPL)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from harness.machine import Machine, MachineConfig
+from harness.p9.session import Session
+from harness.p9.transport import VirtioTransport
+
+
+@dataclass
+class Connection:
+    machine: Machine
+    transport: VirtioTransport
+    session: Session
+
+
+@contextlib.contextmanager
+def connect(config: MachineConfig, *, msize: int | None = 8192, attach: bool = True) -> Iterator[Connection]:
+    """Start QEMU, bring up the device; with ``msize`` send Tversion, with ``attach`` Tattach fid 0."""
+    with Machine(config) as machine:
+        transport = VirtioTransport(machine)
+        session = Session(transport)
+        if msize is not None:
+            session.version(msize)
+            if attach:
+                session.attach(0)
+        yield Connection(machine, transport, session)

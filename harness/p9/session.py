@@ -1,0 +1,284 @@
+"""A 9P2000.L client session: tags, fids, explicit states, asynchronous requests.
+
+``send()`` returns a :class:`Pending`; ``Pending.result()`` waits for the reply; ``rpc()`` does
+both.  An Rlerror becomes :class:`P9Rlerror`, which prints as
+``Twalk(fid=1, newfid=2, wnames=['a']) -> Rlerror ENOENT (2)``.  ``send_raw()`` sends any bytes.
+
+States: new → versioned (Tversion answered) → attached (a Tattach answered) → closed.  Fids are
+tracked from the replies (attach, complete walk, xattrwalk add; clunk and remove drop, even on
+error; Tversion drops all), so :meth:`Session.close` can say which ones leaked.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from harness.errors import LeakError, P9ProtocolError, P9Rlerror, P9StateError, P9Timeout
+from harness.p9 import wire
+from harness.p9.transport import Completion, Request
+
+log = logging.getLogger(__name__)
+hexlog = logging.getLogger(__name__ + ".hexdump")
+
+DEFAULT_MSIZE = 8192
+DEFAULT_TIMEOUT = 10.0
+#: Reply buffer used before a Tversion has fixed msize.
+PREVERSION_REPLY_CAPACITY = 8192
+#: Messages kept for the trace attached to a failing case.
+HISTORY = 256
+
+
+class FrameTransport(Protocol):
+    def submit(self, frame: bytes, reply_capacity: int) -> Request: ...
+    def wait(self, request: Request, timeout: float) -> Completion | None: ...
+
+
+class State(enum.Enum):
+    NEW = "new"
+    VERSIONED = "versioned"
+    ATTACHED = "attached"
+    CLOSED = "closed"
+
+
+@dataclass
+class Reply:
+    """What came back for a request: the used length, the bytes, and the decoded message."""
+
+    used_len: int
+    frame: bytes
+    message: wire.Message | None  # None when the device returned the buffer empty (a flush)
+
+
+class Pending:
+    """A request on the ring.  ``result()`` waits for it and checks the reply."""
+
+    def __init__(self, session: Session, request: wire.Message | None, frame: bytes, handle: Request) -> None:
+        self.session = session
+        self.request = request
+        self.frame = frame
+        self.handle = handle
+        self._reply: Reply | None = None
+
+    @property
+    def tag(self) -> int:
+        return wire.peek_header(self.frame)[2]
+
+    @property
+    def head(self) -> int:
+        """The descriptor head this request went out on."""
+        return self.handle.head
+
+    def describe(self) -> str:
+        return str(self.request) if self.request else f"raw frame {self.frame[:32].hex()}"
+
+    def wait(self, timeout: float | None = None) -> Reply:
+        """Wait for the device to return the buffer; no checks on what it holds."""
+        if self._reply is None:
+            self._reply = self.session._complete(self, timeout)
+        return self._reply
+
+    def result(self, timeout: float | None = None) -> wire.Message:
+        """The reply message; Rlerror/Rerror raise :class:`P9Rlerror`, anything odd P9ProtocolError."""
+        reply = self.wait(timeout)
+        if reply.message is None:
+            raise P9ProtocolError(f"{self.describe()}: device returned the reply buffer empty (used length 0)")
+        message = reply.message
+        if message.name == "Rlerror":
+            raise P9Rlerror(self.describe(), message.ecode)
+        if message.name == "Rerror":
+            raise P9Rlerror(self.describe(), message.errno, f"Rerror {message.ename!r} ({message.errno})")
+        if self.request is not None and message.name != wire.reply_type(wire.BY_NAME[self.request.name]).name:
+            raise P9ProtocolError(f"{self.describe()} answered by {message}")
+        return message
+
+
+class Session:
+    """One 9P conversation over a transport.  Close it (or use ``with``) to check for leaks."""
+
+    def __init__(self, transport: FrameTransport, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.transport = transport
+        self.timeout = timeout
+        self.state = State.NEW
+        self.msize = 0
+        self.version_string = ""
+        self.fids: set[int] = set()
+        self._tags: dict[int, Pending] = {}
+        self._next_fid = 0
+        self.history: deque[tuple[float, str, object, object]] = deque(maxlen=HISTORY)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- sending ----------------------------------------------------------------------------------
+
+    def send(self, name: str, *, tag: int | None = None, reply_capacity: int | None = None, **fields: Any) -> Pending:
+        """Encode and submit one T-message; Tversion gets NOTAG, others the lowest free tag."""
+        if self.state is State.CLOSED:
+            raise P9StateError(f"{name} on a closed session")
+        if tag is None:
+            tag = wire.NOTAG if name == "Tversion" else self._free_tag()
+        message = wire.Message(name, tag, fields)
+        return self._submit(message, wire.encode(name, tag, **fields), reply_capacity)
+
+    def send_raw(self, frame: bytes, *, reply_capacity: int | None = None) -> Pending:
+        """Submit arbitrary bytes as one request (for malformed-input cases)."""
+        request = None
+        try:
+            request = wire.decode(frame)
+        except P9ProtocolError:
+            pass
+        return self._submit(request, frame, reply_capacity)
+
+    def rpc(self, name: str, **fields: Any) -> wire.Message:
+        """``send`` then ``result``."""
+        return self.send(name, **fields).result()
+
+    def _submit(self, request: wire.Message | None, frame: bytes, capacity: int | None) -> Pending:
+        if capacity is None:
+            capacity = self.msize if self.msize >= wire.HEADER_SIZE else PREVERSION_REPLY_CAPACITY
+        handle = self.transport.submit(frame, capacity)
+        pending = Pending(self, request, frame, handle)
+        if len(frame) >= wire.HEADER_SIZE:
+            self._tags.setdefault(pending.tag, pending)
+        tag = pending.tag if len(frame) >= wire.HEADER_SIZE else "?"
+        self.history.append((time.monotonic(), "-->", tag, request or frame))
+        log.debug("--> tag=%s %s", tag, pending.describe())
+        hexlog.debug("--> %s", frame.hex())
+        return pending
+
+    def _complete(self, pending: Pending, timeout: float | None) -> Reply:
+        limit = self.timeout if timeout is None else timeout
+        completion = self.transport.wait(pending.handle, limit)
+        if completion is None:
+            raise P9Timeout(f"no reply within {limit} s to {pending.describe()} (tag {pending.tag})")
+        if len(pending.frame) >= wire.HEADER_SIZE and self._tags.get(pending.tag) is pending:
+            del self._tags[pending.tag]
+        frame = completion.reply
+        hexlog.debug("<-- %s", frame.hex())
+        if completion.used_len == 0:
+            self.history.append((time.monotonic(), "<--", pending.tag, "(reply buffer returned empty)"))
+            log.debug("<-- tag=%s (buffer returned empty)", pending.tag)
+            return Reply(0, frame, None)
+        try:
+            message = wire.decode(frame)
+        finally:
+            self.history.append((time.monotonic(), "<--", pending.tag, frame))
+        self.history[-1] = (self.history[-1][0], "<--", message.tag, message)
+        if len(pending.frame) >= wire.HEADER_SIZE and message.tag != pending.tag:
+            raise P9ProtocolError(f"{pending.describe()} (tag {pending.tag}) answered with tag {message.tag}")
+        log.debug("<-- tag=%d %s", message.tag, message)
+        if pending.request is not None:
+            self._track(pending.request, message)
+        return Reply(completion.used_len, frame, message)
+
+    def _track(self, request: wire.Message, reply: wire.Message) -> None:
+        """Keep the fid set and the session state in step with what the server did."""
+        ok = reply.name != "Rlerror" and reply.name != "Rerror"
+        match request.name:
+            case "Tversion":
+                self.fids.clear()
+                if ok:
+                    self.state, self.msize, self.version_string = State.VERSIONED, reply.msize, reply.version
+            case "Tattach" if ok:
+                self.fids.add(request.fid)
+                self.state = State.ATTACHED
+            case "Twalk" if ok and len(reply.qids) == len(request.wnames):
+                self.fids.add(request.newfid)
+            case "Txattrwalk" if ok:
+                self.fids.add(request.newfid)
+            case "Tclunk" | "Tremove":
+                self.fids.discard(request.fid)
+
+    def _free_tag(self) -> int:
+        for tag in range(wire.NOTAG):
+            if tag not in self._tags:
+                return tag
+        raise P9StateError("all 65535 tags are in use")
+
+    def new_fid(self) -> int:
+        """A fid number this session has not handed out and the server does not hold."""
+        while self._next_fid in self.fids or self._next_fid == wire.NOFID:
+            self._next_fid += 1
+        fid, self._next_fid = self._next_fid, self._next_fid + 1
+        return fid
+
+    # -- the common messages ----------------------------------------------------------------------
+
+    def version(self, msize: int = DEFAULT_MSIZE, version: str = "9P2000.L") -> wire.Message:
+        return self.rpc("Tversion", msize=msize, version=version)
+
+    def attach(
+        self, fid: int | None = None, *, uname: str = "", aname: str = "", n_uname: int = 0, afid: int = wire.NOFID
+    ) -> tuple[int, dict[str, int]]:
+        """Tattach; returns the fid and the root qid."""
+        if self.state is State.NEW:
+            raise P9StateError("Tattach before Tversion")
+        fid = self.new_fid() if fid is None else fid
+        reply = self.rpc("Tattach", fid=fid, afid=afid, uname=uname, aname=aname, n_uname=n_uname)
+        return fid, reply.qid
+
+    def walk(self, fid: int, names: Sequence[str], newfid: int | None = None) -> tuple[int, list[dict[str, int]]]:
+        """Twalk; returns the new fid and the qids (a partial walk returns fewer qids)."""
+        newfid = self.new_fid() if newfid is None else newfid
+        reply = self.rpc("Twalk", fid=fid, newfid=newfid, wnames=list(names))
+        return newfid, reply.qids
+
+    def getattr(self, fid: int, request_mask: int = wire.GETATTR_ALL) -> wire.Message:
+        return self.rpc("Tgetattr", fid=fid, request_mask=request_mask)
+
+    def lopen(self, fid: int, flags: int = 0) -> wire.Message:
+        return self.rpc("Tlopen", fid=fid, flags=flags)
+
+    def clunk(self, fid: int) -> None:
+        self.rpc("Tclunk", fid=fid)
+
+    def readdir(self, fid: int, offset: int = 0, count: int | None = None) -> list[dict[str, Any]]:
+        count = self.msize - wire.RREADDIR_HEADER if count is None else count
+        return list(self.rpc("Treaddir", fid=fid, offset=offset, count=count).entries)
+
+    def read(self, fid: int, offset: int, count: int) -> bytes:
+        return bytes(self.rpc("Tread", fid=fid, offset=offset, count=count).data)
+
+    def write(self, fid: int, offset: int, data: bytes) -> int:
+        return int(self.rpc("Twrite", fid=fid, offset=offset, data=data).count)
+
+    def format_history(self) -> str:
+        """The recent messages, one line each: time, direction, tag, decoded fields."""
+        if not self.history:
+            return ""
+        start = self.history[0][0]
+        lines = []
+        for when, arrow, tag, item in self.history:
+            shown = item.hex() if isinstance(item, bytes) else str(item)
+            lines.append(f"{(when - start) * 1000:9.3f} ms {arrow} tag={tag} {shown}")
+        return "\n".join(lines)
+
+    # -- end --------------------------------------------------------------------------------------
+
+    @property
+    def outstanding(self) -> list[Pending]:
+        return list(self._tags.values())
+
+    def close(self, *, check: bool = True) -> None:
+        """Close the session; with ``check``, raise :class:`LeakError` for open tags or fids."""
+        if self.state is State.CLOSED:
+            return
+        self.state = State.CLOSED
+        if not check:
+            return
+        problems = []
+        if self._tags:
+            problems.append("requests without reply: " + "; ".join(p.describe() for p in self._tags.values()))
+        if self.fids:
+            problems.append(f"fids never clunked: {sorted(self.fids)}")
+        if problems:
+            raise LeakError("session closed with " + " and ".join(problems))

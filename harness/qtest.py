@@ -1,0 +1,259 @@
+"""Client for QEMU's qtest line protocol over a connected UNIX socket.
+
+Every command of ``system/qtest.c`` has a typed method.  Commands whose reply is a bare ``OK``
+(writes, ``out*``, ``memset``) are *posted*: they are queued and go out in the same socket write
+as the next command that needs an answer, and their ``OK`` replies are checked then.  This is what
+makes a virtqueue submission cost one round trip.  Order is kept: QEMU executes lines in order.
+
+Asynchronous ``IRQ raise N`` / ``IRQ lower N`` lines may arrive between replies; they are recorded
+in :attr:`QTest.irq_levels` and :attr:`QTest.irq_log` and skipped.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import socket
+from collections.abc import Callable, Iterable, Sequence
+from typing import NoReturn
+
+from harness.errors import QTestDisconnected, QTestError, QTestFail, QTestProtocolError, QTestTimeout
+
+log = logging.getLogger(__name__)
+
+#: Largest payload of a single ``b64write`` line; QEMU slows down sharply on multi-MiB lines.
+B64WRITE_CHUNK = 64 * 1024
+
+LostHook = Callable[[QTestError], Exception | None]
+
+
+class QTest:
+    """One qtest connection.  Owns the socket; use as a context manager or call :meth:`close`."""
+
+    def __init__(self, sock: socket.socket, *, timeout: float = 30.0, on_lost: LostHook | None = None) -> None:
+        self._sock = sock
+        self._sock.settimeout(timeout)
+        self._buf = bytearray()
+        self._posted: list[str] = []
+        self._on_lost = on_lost
+        self.irq_levels: dict[int, bool] = {}
+        self.irq_log: list[tuple[str, int]] = []
+        self.round_trips = 0
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def __enter__(self) -> QTest:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._posted.clear()
+        self._sock.close()
+
+    def post(self, line: str) -> None:
+        """Queue a command whose reply must be a bare ``OK``; it is sent with the next query."""
+        self._posted.append(line)
+
+    def flush(self) -> None:
+        """Send every posted command now and check its ``OK``."""
+        if self._posted:
+            self.exchange([])
+
+    def query(self, line: str) -> str:
+        """Send posted commands plus ``line``; return the text after ``OK`` of the last reply."""
+        return self.exchange([line])[0]
+
+    def exchange(self, lines: Sequence[str]) -> list[str]:
+        """Send posted commands and ``lines`` in one write; return the ``OK`` payloads of ``lines``."""
+        posted, self._posted = self._posted, []
+        everything = [*posted, *lines]
+        self._send("".join(line + "\n" for line in everything))
+        replies = [self._read_reply() for _ in everything]
+        failure: QTestFail | None = None
+        payloads: list[str] = []
+        for line, reply in zip(everything, replies, strict=True):
+            status, _, rest = reply.partition(" ")
+            if status != "OK":
+                failure = failure or QTestFail(line, reply)
+            payloads.append(rest)
+        if failure is not None:
+            raise failure
+        return payloads[len(posted) :]
+
+    def _send(self, text: str) -> None:
+        self.round_trips += 1
+        try:
+            self._sock.sendall(text.encode("ascii"))
+        except OSError as err:
+            self._lost(QTestDisconnected(f"qtest socket send failed: {err}"), err)
+
+    def _read_reply(self) -> str:
+        while True:
+            line = self._read_line()
+            if line.startswith("IRQ "):
+                self._record_irq(line)
+                continue
+            return line
+
+    def _read_line(self) -> str:
+        while True:
+            end = self._buf.find(b"\n")
+            if end >= 0:
+                raw = bytes(self._buf[:end])
+                del self._buf[: end + 1]
+                try:
+                    return raw.decode("ascii")
+                except UnicodeDecodeError as err:
+                    raise QTestProtocolError(f"non-ASCII qtest reply line: {raw[:80]!r}") from err
+            try:
+                chunk = self._sock.recv(1 << 20)
+            except TimeoutError as err:
+                self._lost(QTestTimeout(f"no qtest reply within {self._sock.gettimeout()} s"), err)
+            except OSError as err:
+                self._lost(QTestDisconnected(f"qtest socket receive failed: {err}"), err)
+            if not chunk:
+                self._lost(QTestDisconnected("qtest socket closed by QEMU"), None)
+            self._buf += chunk
+
+    def _lost(self, err: QTestError, cause: BaseException | None) -> NoReturn:
+        better = self._on_lost(err) if self._on_lost else None
+        if better is not None:
+            raise better from err
+        raise err from cause
+
+    def _record_irq(self, line: str) -> None:
+        words = line.split()
+        if len(words) != 3 or words[1] not in ("raise", "lower"):
+            raise QTestProtocolError(f"malformed IRQ line {line!r}")
+        num = int(words[2], 0)
+        self.irq_levels[num] = words[1] == "raise"
+        self.irq_log.append((words[1], num))
+
+    @staticmethod
+    def _int(command: str, payload: str) -> int:
+        try:
+            return int(payload, 0)
+        except ValueError as err:
+            raise QTestProtocolError(f"qtest {command!r}: expected a number, got {payload!r}") from err
+
+    # -- port I/O -------------------------------------------------------------------------------
+
+    def inb(self, port: int) -> int:
+        return self._int("inb", self.query(f"inb {port:#x}"))
+
+    def inw(self, port: int) -> int:
+        return self._int("inw", self.query(f"inw {port:#x}"))
+
+    def inl(self, port: int) -> int:
+        return self._int("inl", self.query(f"inl {port:#x}"))
+
+    def outb(self, port: int, value: int) -> None:
+        self.post(f"outb {port:#x} {value:#x}")
+
+    def outw(self, port: int, value: int) -> None:
+        self.post(f"outw {port:#x} {value:#x}")
+
+    def outl(self, port: int, value: int) -> None:
+        self.post(f"outl {port:#x} {value:#x}")
+
+    # -- memory ---------------------------------------------------------------------------------
+
+    def readb(self, addr: int) -> int:
+        return self._int("readb", self.query(f"readb {addr:#x}"))
+
+    def readw(self, addr: int) -> int:
+        return self._int("readw", self.query(f"readw {addr:#x}"))
+
+    def readl(self, addr: int) -> int:
+        return self._int("readl", self.query(f"readl {addr:#x}"))
+
+    def readq(self, addr: int) -> int:
+        return self._int("readq", self.query(f"readq {addr:#x}"))
+
+    def writeb(self, addr: int, value: int) -> None:
+        self.post(f"writeb {addr:#x} {value:#x}")
+
+    def writew(self, addr: int, value: int) -> None:
+        self.post(f"writew {addr:#x} {value:#x}")
+
+    def writel(self, addr: int, value: int) -> None:
+        self.post(f"writel {addr:#x} {value:#x}")
+
+    def writeq(self, addr: int, value: int) -> None:
+        self.post(f"writeq {addr:#x} {value:#x}")
+
+    def memread(self, addr: int, size: int) -> bytes:
+        """Read guest memory with ``b64read`` (``read X 0`` would abort QEMU, so 0 is local)."""
+        if size == 0:
+            return b""
+        return self._b64decode(self.query(f"b64read {addr:#x} {size:#x}"), size)
+
+    def memread_many(self, spans: Iterable[tuple[int, int]]) -> list[bytes]:
+        """Several ``b64read`` in one socket write."""
+        spans = list(spans)
+        lines = [f"b64read {addr:#x} {size:#x}" for addr, size in spans if size]
+        payloads = iter(self.exchange(lines))
+        return [self._b64decode(next(payloads), size) if size else b"" for _, size in spans]
+
+    def memwrite(self, addr: int, data: bytes) -> None:
+        """Post ``b64write`` lines of at most :data:`B64WRITE_CHUNK` bytes each."""
+        view = memoryview(data)
+        for offset in range(0, len(view), B64WRITE_CHUNK):
+            chunk = view[offset : offset + B64WRITE_CHUNK]
+            encoded = base64.b64encode(chunk).decode("ascii")
+            self.post(f"b64write {addr + offset:#x} {len(chunk):#x} {encoded}")
+
+    def hexread(self, addr: int, size: int) -> bytes:
+        """The slow hex ``read`` command, kept for comparison and for the protocol's sake."""
+        if size == 0:
+            return b""
+        payload = self.query(f"read {addr:#x} {size:#x}")
+        try:
+            return bytes.fromhex(payload.removeprefix("0x"))
+        except ValueError as err:
+            raise QTestProtocolError(f"qtest read: bad hex {payload[:40]!r}") from err
+
+    def hexwrite(self, addr: int, data: bytes) -> None:
+        if data:
+            self.post(f"write {addr:#x} {len(data):#x} 0x{data.hex()}")
+
+    def memset(self, addr: int, size: int, byte: int) -> None:
+        self.post(f"memset {addr:#x} {size:#x} {byte:#x}")
+
+    @staticmethod
+    def _b64decode(payload: str, size: int) -> bytes:
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except binascii.Error as err:
+            raise QTestProtocolError(f"qtest b64read: bad base64 {payload[:40]!r}") from err
+        if len(data) != size:
+            raise QTestProtocolError(f"qtest b64read: asked {size} bytes, got {len(data)}")
+        return data
+
+    # -- clock, interrupts, misc ----------------------------------------------------------------
+
+    def clock_step(self, ns: int | None = None) -> int:
+        """Advance the virtual clock (only under the qtest accelerator)."""
+        line = "clock_step" if ns is None else f"clock_step {ns}"
+        return self._int("clock_step", self.query(line))
+
+    def clock_set(self, ns: int) -> int:
+        return self._int("clock_set", self.query(f"clock_set {ns}"))
+
+    def endianness(self) -> str:
+        return self.query("endianness")
+
+    def irq_intercept_in(self, qom_path: str) -> None:
+        self.query(f"irq_intercept_in {qom_path}")
+
+    def irq_intercept_out(self, qom_path: str, name: str | None = None) -> None:
+        self.query(f"irq_intercept_out {qom_path}" + (f" {name}" if name else ""))
+
+    def set_irq_in(self, qom_path: str, name: str, num: int, level: int) -> None:
+        self.query(f"set_irq_in {qom_path} {name} {num} {level}")
+
+    def module_load(self, prefix: str, lib: str) -> None:
+        self.query(f"module_load {prefix} {lib}")

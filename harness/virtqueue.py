@@ -1,0 +1,163 @@
+"""Split virtqueue in guest memory (virtio 1.x, section 2.7), driver side.
+
+Unlike libqos, descriptors are recycled: a free list is refilled from every used-ring entry,
+so a queue of 128 serves any number of sequential requests.  Completion is found by polling
+``used.idx`` (never by the read-to-clear ISR byte, which can hide completions), and entries may
+complete in any order: each is matched by its head descriptor.
+
+The layout is the legacy one (used ring aligned to 4096), which the modern transport accepts too.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from harness.errors import DeviceError, LeakError, RingFull
+from harness.guestmem import GuestMemory, align_up
+
+DESC_F_NEXT = 1
+DESC_F_WRITE = 2
+DESC_F_INDIRECT = 4
+
+_DESC = struct.Struct("<QIHH")  # addr, len, flags, next
+_U16 = struct.Struct("<H")
+_USED_ELEM = struct.Struct("<II")  # id, len
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One guest buffer of a chain; ``writable`` buffers are for the device to fill."""
+
+    addr: int
+    length: int
+    writable: bool = False
+
+
+@dataclass(frozen=True)
+class UsedElem:
+    """A used-ring entry: the chain's head descriptor and the bytes the device wrote."""
+
+    head: int
+    length: int
+
+
+@dataclass(frozen=True)
+class RingLayout:
+    size: int
+    desc: int
+    avail: int
+    used: int
+
+    @classmethod
+    def at(cls, base: int, size: int, align: int = 4096) -> RingLayout:
+        if size <= 0 or size & (size - 1) or size > 32768:
+            raise DeviceError(f"virtqueue size {size} is not a power of 2 in 1..32768")
+        avail = base + 16 * size
+        used = align_up(avail + 6 + 2 * size, align)
+        return cls(size, base, avail, used)
+
+    @staticmethod
+    def total_bytes(size: int, align: int = 4096) -> int:
+        return align_up(16 * size + 6 + 2 * size, align) + 6 + 8 * size
+
+    def used_elem(self, index: int) -> int:
+        return self.used + 4 + 8 * (index % self.size)
+
+
+class SplitVirtqueue:
+    """Driver state of one split virtqueue whose rings live at ``layout`` in guest memory."""
+
+    def __init__(self, mem: GuestMemory, layout: RingLayout, index: int = 0) -> None:
+        self.mem = mem
+        self.layout = layout
+        self.index = index
+        self._free: deque[int] = deque(range(layout.size))
+        self._chains: dict[int, list[int]] = {}
+        self.avail_idx = 0
+        self.last_used = 0
+
+    @property
+    def size(self) -> int:
+        return self.layout.size
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._chains)
+
+    def clear_rings(self) -> None:
+        """Zero the descriptor table and both rings (posted, goes out with the next query)."""
+        self.mem.memwrite(self.layout.desc, bytes(RingLayout.total_bytes(self.size)))
+
+    def add(self, chain: Sequence[Buffer]) -> int:
+        """Write ``chain`` as descriptors, publish its head in the avail ring, return the head.
+
+        Raises :class:`RingFull` (writing nothing) if the free list is shorter than the chain.
+        The caller notifies the device.
+        """
+        if not chain:
+            raise DeviceError("an empty descriptor chain cannot be submitted")
+        if len(chain) > len(self._free):
+            raise RingFull(
+                f"queue {self.index}: chain of {len(chain)} descriptors, {len(self._free)} free "
+                f"of {self.size} ({self.in_flight} chains in flight)"
+            )
+        ids = [self._free.popleft() for _ in chain]
+        for pos, (desc_id, buf) in enumerate(zip(ids, chain, strict=True)):
+            last = pos == len(ids) - 1
+            flags = (0 if last else DESC_F_NEXT) | (DESC_F_WRITE if buf.writable else 0)
+            nxt = 0 if last else ids[pos + 1]
+            self.mem.memwrite(self.layout.desc + 16 * desc_id, _DESC.pack(buf.addr, buf.length, flags, nxt))
+        head = ids[0]
+        self._chains[head] = ids
+        slot = self.layout.avail + 4 + 2 * (self.avail_idx % self.size)
+        self.mem.memwrite(slot, _U16.pack(head))
+        self.avail_idx = (self.avail_idx + 1) & 0xFFFF
+        self.mem.memwrite(self.layout.avail + 2, _U16.pack(self.avail_idx))
+        return head
+
+    def poll(self, also_read: Sequence[tuple[int, int]] = ()) -> tuple[list[UsedElem], list[bytes]]:
+        """Read ``used.idx`` and return the new entries in ring order.
+
+        The next used entry and the ``also_read`` spans are read in the same exchange, *after*
+        ``used.idx``, so when the index shows a completion they already hold its data.
+        """
+        layout = self.layout
+        idx_raw, first, *extra = self.mem.memread_many(
+            [(layout.used + 2, 2), (layout.used_elem(self.last_used), 8), *also_read]
+        )
+        used_idx = _U16.unpack(idx_raw)[0]
+        count = (used_idx - self.last_used) & 0xFFFF
+        if count == 0:
+            return [], extra
+        if count > self.in_flight:
+            raise DeviceError(
+                f"queue {self.index}: used.idx moved by {count} with only {self.in_flight} chains in flight"
+            )
+        raws = [first]
+        if count > 1:
+            raws += self.mem.memread_many([(layout.used_elem(self.last_used + i), 8) for i in range(1, count)])
+        elems = [self._retire(*_USED_ELEM.unpack(raw)) for raw in raws]
+        self.last_used = used_idx
+        return elems, extra
+
+    def _retire(self, head: int, length: int) -> UsedElem:
+        ids = self._chains.pop(head, None)
+        if ids is None:
+            raise DeviceError(f"queue {self.index}: used ring returned head {head}, which is not in flight")
+        self._free.extend(ids)
+        return UsedElem(head, length)
+
+    def check_idle(self) -> None:
+        """Raise :class:`LeakError` if any chain is still in flight or descriptors went missing."""
+        if self._chains or len(self._free) != self.size:
+            raise LeakError(
+                f"queue {self.index}: {len(self._chains)} chain(s) in flight (heads {sorted(self._chains)}), "
+                f"{len(self._free)} of {self.size} descriptors free"
+            )
