@@ -120,7 +120,7 @@ class Session:
 
     # -- sending ----------------------------------------------------------------------------------
 
-    def send(self, name: str, *, tag: int | None = None, reply_capacity: int | None = None, **fields: Any) -> Pending:
+    def send(self, name: str, /, *, tag: int | None = None, reply_capacity: int | None = None, **fields: Any) -> Pending:
         """Encode and submit one T-message; Tversion gets NOTAG, others the lowest free tag."""
         if self.state is State.CLOSED:
             raise P9StateError(f"{name} on a closed session")
@@ -138,7 +138,7 @@ class Session:
             pass
         return self._submit(request, frame, reply_capacity)
 
-    def rpc(self, name: str, **fields: Any) -> wire.Message:
+    def rpc(self, name: str, /, **fields: Any) -> wire.Message:
         """``send`` then ``result``."""
         return self.send(name, **fields).result()
 

@@ -237,7 +237,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def encode(name: str, tag: int, **fields: Any) -> bytes:
+def encode(name: str, tag: int, /, **fields: Any) -> bytes:
     """Build the frame of message ``name``; every body field must be given."""
     try:
         defn = BY_NAME[name]

@@ -1,0 +1,134 @@
+"""The qtest client against a fake QEMU end: reply parsing, IRQ lines, errors, posting."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from harness.errors import QEMUExited, QTestDisconnected, QTestError, QTestFail, QTestProtocolError, QTestTimeout
+from harness.qtest import B64WRITE_CHUNK, QTest
+from tests.fakes import FakeQTestPeer, b64
+
+
+def standard(line: str) -> list[str]:
+    words = line.split()
+    match words[0]:
+        case "inb":
+            return ["OK 0x00ff"]
+        case "readl":
+            return ["IRQ raise 4", "OK 0x0000000012345678", "IRQ lower 4"]
+        case "b64read":
+            return ["OK " + b64(bytes(range(int(words[2], 0))))]
+        case "outb" | "writel" | "b64write" | "memset":
+            return ["FAIL bad write"] if words[1] == "0xdead" else ["OK"]
+        case "read":
+            return ["OK 0x" + "ab" * int(words[2], 0)]
+        case "clock_step":
+            return ["FAIL Unknown command 'clock_step'"]
+        case "inw":
+            return ["OK not-a-number"]
+        case "silence":
+            return []
+    return ["OK"]
+
+
+@pytest.fixture
+def peer() -> Iterator[FakeQTestPeer]:
+    fake = FakeQTestPeer(standard)
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def qt(peer: FakeQTestPeer) -> Iterator[QTest]:
+    client = QTest(peer.ours, timeout=0.5)
+    yield client
+    client.close()
+
+
+def test_numbers_are_parsed(qt: QTest) -> None:
+    assert qt.inb(0x60) == 0xFF
+
+
+def test_irq_lines_are_recorded_and_skipped(qt: QTest) -> None:
+    assert qt.readl(0x1000) == 0x12345678
+    assert qt.inb(0x60) == 0xFF  # the trailing "IRQ lower" did not shift the next reply
+    assert qt.irq_log == [("raise", 4), ("lower", 4)]
+    assert qt.irq_levels == {4: False}
+
+
+def test_posted_writes_travel_with_the_next_query(qt: QTest, peer: FakeQTestPeer) -> None:
+    qt.outb(0x70, 1)
+    qt.writel(0x2000, 5)
+    assert peer.received == []
+    assert qt.inb(0x60) == 0xFF
+    assert peer.received == ["outb 0x70 0x1", "writel 0x2000 0x5", "inb 0x60"]
+    assert qt.round_trips == 1
+
+
+def test_failed_posted_write_is_raised_at_the_next_query(qt: QTest) -> None:
+    qt.outb(0xDEAD, 1)
+    with pytest.raises(QTestFail, match="outb 0xdead"):
+        qt.inb(0x60)
+    assert qt.inb(0x60) == 0xFF  # the stream stayed in step
+
+
+def test_fail_reply_names_command(qt: QTest) -> None:
+    with pytest.raises(QTestFail) as info:
+        qt.clock_step()
+    assert info.value.command == "clock_step" and "Unknown command" in info.value.reply
+
+
+def test_b64read_and_hexread(qt: QTest) -> None:
+    assert qt.memread(0x100, 5) == bytes(range(5))
+    assert qt.memread(0x100, 0) == b""
+    assert qt.memread_many([(0, 3), (0, 0), (0, 2)]) == [b"\0\1\2", b"", b"\0\1"]
+    assert qt.hexread(0, 3) == b"\xab\xab\xab"
+
+
+def test_large_writes_are_chunked(qt: QTest, peer: FakeQTestPeer) -> None:
+    qt.memwrite(0x1000, bytes(B64WRITE_CHUNK * 2 + 1))
+    qt.flush()
+    sizes = [int(line.split()[2], 0) for line in peer.received]
+    assert sizes == [B64WRITE_CHUNK, B64WRITE_CHUNK, 1]
+    assert [int(line.split()[1], 0) for line in peer.received] == [0x1000, 0x1000 + B64WRITE_CHUNK, 0x1000 + 2 * B64WRITE_CHUNK]
+
+
+def test_unparsable_number(qt: QTest) -> None:
+    with pytest.raises(QTestProtocolError):
+        qt.inw(0x60)
+
+
+def test_no_reply_times_out(qt: QTest) -> None:
+    with pytest.raises(QTestTimeout):
+        qt.query("silence")
+
+
+def test_closed_peer_is_reported(qt: QTest, peer: FakeQTestPeer) -> None:
+    peer.close()
+    with pytest.raises(QTestDisconnected):
+        qt.inb(0x60)
+
+
+def test_lost_hook_turns_disconnect_into_its_error(peer: FakeQTestPeer) -> None:
+    seen: list[QTestError] = []
+
+    def explain(err: QTestError) -> Exception:
+        seen.append(err)
+        return QEMUExited("QEMU died", argv=["qemu"], status=-9, stderr_tail="boom")
+
+    qt = QTest(peer.ours, timeout=0.5, on_lost=explain)
+    peer.close()
+    with pytest.raises(QEMUExited, match="killed by SIGKILL") as info:
+        qt.inb(0x60)
+    assert isinstance(info.value.__cause__, QTestDisconnected) and len(seen) == 1
+
+
+def test_malformed_irq_line() -> None:
+    fake = FakeQTestPeer(lambda line: ["IRQ sideways 3", "OK"])
+    qt = QTest(fake.ours, timeout=0.5)
+    with pytest.raises(QTestProtocolError):
+        qt.query("x")
+    qt.close()
+    fake.close()

@@ -1,0 +1,144 @@
+"""The 9P session against a fake transport that answers frames in Python."""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+
+import pytest
+
+from harness.errors import LeakError, P9ProtocolError, P9Rlerror, P9StateError, P9Timeout
+from harness.p9 import wire
+from harness.p9.session import Session, State
+from harness.p9.transport import Completion, Request
+from harness.virtqueue import Buffer
+
+Answer = Callable[[wire.Message], bytes | None]
+
+
+class FakeTransport:
+    """Completes each request at once with ``answer(request)``; None means never."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.sent: list[bytes] = []
+        self._next = 0
+
+    def submit(self, frame: bytes, reply_capacity: int) -> Request:
+        self.sent.append(frame)
+        self._next += 1
+        return Request(self._next, 0, 0, reply_capacity, (Buffer(0, len(frame)),))
+
+    def wait(self, request: Request, timeout: float) -> Completion | None:
+        reply = self.answer(wire.decode(self.sent[request.head - 1]))
+        return None if reply is None else Completion(request, len(reply), reply)
+
+
+QID = {"type": 0x80, "version": 0, "path": 7}
+
+
+def server(request: wire.Message) -> bytes | None:
+    tag = request.tag
+    match request.name:
+        case "Tversion":
+            return wire.encode("Rversion", tag, msize=request.msize, version=request.version)
+        case "Tattach":
+            return wire.encode("Rattach", tag, qid=QID)
+        case "Twalk" if request.wnames == ["missing"]:
+            return wire.encode("Rlerror", tag, ecode=errno.ENOENT)
+        case "Twalk":
+            return wire.encode("Rwalk", tag, qids=[QID] * (1 if request.wnames == ["a", "gone"] else len(request.wnames)))
+        case "Tclunk":
+            return wire.encode("Rclunk", tag)
+        case "Tgetattr":
+            return wire.encode("Rclunk", tag)  # wrong reply type
+        case "Tflush":
+            return wire.encode("Rflush", tag + 1)  # wrong tag
+    return None
+
+
+@pytest.fixture
+def session() -> Session:
+    return Session(FakeTransport(server), timeout=0.01)
+
+
+def test_states_and_fids(session: Session) -> None:
+    assert session.state is State.NEW
+    with pytest.raises(P9StateError):
+        session.attach()
+    session.version(16384)
+    assert (session.state, session.msize) == (State.VERSIONED, 16384)
+    root, qid = session.attach()
+    assert session.state is State.ATTACHED and qid == QID
+    child, _ = session.walk(root, ["a", "b"])
+    assert session.fids == {root, child}
+    session.clunk(child)
+    assert session.fids == {root}
+    session.version()
+    assert session.fids == set()
+    session.close()
+    assert session.state is State.CLOSED
+    with pytest.raises(P9StateError):
+        session.send("Tversion", msize=8192, version="9P2000.L")
+
+
+def test_partial_walk_creates_no_fid(session: Session) -> None:
+    session.version()
+    root, _ = session.attach()
+    newfid, qids = session.walk(root, ["a", "gone"])
+    assert len(qids) == 1 and newfid not in session.fids
+
+
+def test_rlerror_names_request_and_errno(session: Session) -> None:
+    session.version()
+    root, _ = session.attach()
+    with pytest.raises(P9Rlerror) as info:
+        session.walk(root, ["missing"], newfid=5)
+    assert info.value.errno == errno.ENOENT
+    assert str(info.value).startswith("Twalk(fid=0, newfid=5, wnames=['missing']) -> Rlerror ENOENT (2)")
+
+
+def test_wrong_reply_type_and_wrong_tag_are_protocol_errors(session: Session) -> None:
+    session.version()
+    with pytest.raises(P9ProtocolError, match="answered by Rclunk"):
+        session.getattr(0)
+    with pytest.raises(P9ProtocolError, match="answered with tag"):
+        session.rpc("Tflush", oldtag=3)
+
+
+def test_timeout_names_the_request(session: Session) -> None:
+    session.version()
+    with pytest.raises(P9Timeout, match=r"Tstatfs\(fid=9\)"):
+        session.rpc("Tstatfs", fid=9)
+
+
+def test_tags_are_reused_after_completion_and_distinct_while_pending() -> None:
+    session = Session(FakeTransport(server))
+    session.version()
+    first = session.send("Tclunk", fid=1)
+    second = session.send("Tclunk", fid=2)
+    assert (first.tag, second.tag) == (0, 1)
+    first.result()
+    assert session.send("Tclunk", fid=3).tag == 0
+
+
+def test_close_reports_leaks(session: Session) -> None:
+    session.version()
+    session.attach()
+    session.send("Tstatfs", fid=0)
+    with pytest.raises(LeakError) as info:
+        session.close()
+    assert "Tstatfs(fid=0)" in str(info.value) and "fids never clunked: [0]" in str(info.value)
+
+
+def test_history_shows_both_directions(session: Session) -> None:
+    session.version()
+    text = session.format_history()
+    assert "--> tag=65535 Tversion(msize=8192, version='9P2000.L')" in text
+    assert "<-- tag=65535 Rversion(msize=8192, version='9P2000.L')" in text
+
+
+def test_raw_frames_go_out_unchanged(session: Session) -> None:
+    frame = wire.with_size(wire.encode("Tversion", wire.NOTAG, msize=8192, version="9P2000.L"), 99)
+    session.send_raw(frame)
+    assert session.transport.sent[-1] == frame  # type: ignore[attr-defined]
