@@ -9,7 +9,7 @@ from harness.p9.transport import F_MOUNT_TAG
 
 @qos("config")
 def test_config(device: Device) -> None:
-    """"The tag is encoded in UTF-8 and padded with 0s" is not done by QEMU: tag_len is exact.
+    """ "The tag is encoded in UTF-8 and padded with 0s" is not done by QEMU: tag_len is exact.
 
     Checks the feature bit that announces the tag, the length field and every byte.
     """

@@ -56,7 +56,7 @@ def test_unknown_version(p9: Session, device: Device, msize: int) -> None:
 
 @qos("version/drops_fids", backends=["synth"])
 def test_version_drops_fids(p9: Session) -> None:
-    """"A Tversion ... aborts all outstanding I/O and clunks all fids" (version(5))."""
+    """ "A Tversion ... aborts all outstanding I/O and clunks all fids" (version(5))."""
     p9.version()
     root, _ = p9.attach()
     walked, _ = p9.walk(root, ["WALK0"])

@@ -1,9 +1,9 @@
 """``python -m harness``: provisioning, diagnosis and benchmarks.
 
-    python -m harness qemu build [--with-qos-test]   build (once) and print the binary's path
-    python -m harness qemu path                      print the binary the harness would use
-    python -m harness doctor [--qemu-binary B]       what the harness sees, as a table
-    python -m harness bench rtt [--qemu-binary B]    qtest and 9P round trips per second
+python -m harness qemu build [--with-qos-test]   build (once) and print the binary's path
+python -m harness qemu path                      print the binary the harness would use
+python -m harness doctor [--qemu-binary B]       what the harness sees, as a table
+python -m harness bench rtt [--qemu-binary B]    qtest and 9P round trips per second
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "qemu" and args.action == "path":
         binary, source = provision.find_qemu()
-        print(binary)
+        print(f"{binary}  (from {source})")
         return 0
     if args.command == "doctor":
         from harness.doctor import doctor

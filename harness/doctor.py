@@ -43,7 +43,10 @@ def doctor(explicit: str | None) -> int:
         found = provision.probe(binary)
         rows += [
             ("QEMU version", found.version),
-            ("qtest accelerator", _yes(found.qtest_accel) + ("" if found.qtest_accel else " (degraded: -accel tcg -S)")),
+            (
+                "qtest accelerator",
+                _yes(found.qtest_accel) + ("" if found.qtest_accel else " (degraded: -accel tcg -S)"),
+            ),
             ("-qtest option", _yes(found.qtest_option)),
             ("virtio-9p-pci", _yes(found.virtio_9p_pci)),
             ("synth test tree", _synth_tree(binary, found.accel) if found.usable else "no (binary unusable)"),

@@ -131,9 +131,7 @@ def _die_with_parent(parent: int) -> None:
 class Machine:
     """A running QEMU.  ``with Machine(config) as m:`` launches it and always shuts it down."""
 
-    def __init__(
-        self, config: MachineConfig, *, qtest_timeout: float = 30.0, start_timeout: float = 15.0
-    ) -> None:
+    def __init__(self, config: MachineConfig, *, qtest_timeout: float = 10.0, start_timeout: float = 15.0) -> None:
         self.config = config
         self.qtest_timeout = qtest_timeout
         self.start_timeout = start_timeout
@@ -183,6 +181,7 @@ class Machine:
             qtest_listener.listen(1)
             self._qmp = QEMUMonitorProtocol(str(self._dir / "qmp.sock"), server=True)
             log.debug("launch: %s", " ".join(self.argv))
+            parent = os.getpid()
             with open(self.log_path, "wb") as out:
                 self._proc = subprocess.Popen(
                     self.argv,
@@ -190,7 +189,7 @@ class Machine:
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                    preexec_fn=lambda parent=os.getpid(): _die_with_parent(parent),  # type: ignore[misc]
+                    preexec_fn=lambda: _die_with_parent(parent),
                 )
             deadline = time.monotonic() + self.start_timeout
             conn = self._accept(qtest_listener, deadline)
@@ -226,6 +225,8 @@ class Machine:
         Returns the exit status, or None if QEMU was never started.
         """
         try:
+            if self._proc is not None and self.is_running():
+                self._proc.send_signal(signal.SIGCONT)  # a stopped QEMU could not obey quit
             if self._qmp is not None and self.is_running():
                 with contextlib.suppress(QMPError, OSError, TimeoutError, EOFError):
                     self._qmp.settimeout(timeout)

@@ -115,9 +115,7 @@ class ModernVirtioPCI(VirtioPCI):
             if cfg_type in regions or cfg_type not in (CAP_COMMON, CAP_NOTIFY, CAP_ISR, CAP_DEVICE):
                 continue  # the spec says: use the first of each type
             multiplier = self.pci.read32(cap.offset + 16) if cfg_type == CAP_NOTIFY else 0
-            regions[cfg_type] = _Region(
-                self.pci.read8(cap.offset + 4), self.pci.read32(cap.offset + 8), multiplier
-            )
+            regions[cfg_type] = _Region(self.pci.read8(cap.offset + 4), self.pci.read32(cap.offset + 8), multiplier)
         return regions
 
     def get_status(self) -> int:

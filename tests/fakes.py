@@ -55,14 +55,14 @@ class FakeMemory:
         self.writes = 0
 
     def memread(self, addr: int, size: int) -> bytes:
-        assert 0 <= addr and addr + size <= len(self.data), f"read {addr:#x}+{size} out of range"
+        assert addr >= 0 and addr + size <= len(self.data), f"read {addr:#x}+{size} out of range"
         return bytes(self.data[addr : addr + size])
 
     def memread_many(self, spans: list[tuple[int, int]]) -> list[bytes]:
         return [self.memread(addr, size) for addr, size in spans]
 
     def memwrite(self, addr: int, data: bytes) -> None:
-        assert 0 <= addr and addr + len(data) <= len(self.data), f"write {addr:#x}+{len(data)} out of range"
+        assert addr >= 0 and addr + len(data) <= len(self.data), f"write {addr:#x}+{len(data)} out of range"
         self.data[addr : addr + len(data)] = data
         self.writes += 1
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -70,6 +72,6 @@ def test_never_overlaps_and_conserves_memory(ops: list[tuple[bool, int, int]]) -
             a.free(addr)
             del live[addr]
         spans = sorted(live.items())
-        for (a1, s1), (a2, _) in zip(spans, spans[1:], strict=False):
+        for (a1, s1), (a2, _) in itertools.pairwise(spans):
             assert a1 + s1 <= a2, "allocations overlap"
         assert a.free_bytes + sum(live.values()) == a.end - a.start

@@ -92,7 +92,11 @@ def test_large_writes_are_chunked(qt: QTest, peer: FakeQTestPeer) -> None:
     qt.flush()
     sizes = [int(line.split()[2], 0) for line in peer.received]
     assert sizes == [B64WRITE_CHUNK, B64WRITE_CHUNK, 1]
-    assert [int(line.split()[1], 0) for line in peer.received] == [0x1000, 0x1000 + B64WRITE_CHUNK, 0x1000 + 2 * B64WRITE_CHUNK]
+    assert [int(line.split()[1], 0) for line in peer.received] == [
+        0x1000,
+        0x1000 + B64WRITE_CHUNK,
+        0x1000 + 2 * B64WRITE_CHUNK,
+    ]
 
 
 def test_unparsable_number(qt: QTest) -> None:

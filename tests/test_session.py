@@ -47,7 +47,9 @@ def server(request: wire.Message) -> bytes | None:
         case "Twalk" if request.wnames == ["missing"]:
             return wire.encode("Rlerror", tag, ecode=errno.ENOENT)
         case "Twalk":
-            return wire.encode("Rwalk", tag, qids=[QID] * (1 if request.wnames == ["a", "gone"] else len(request.wnames)))
+            return wire.encode(
+                "Rwalk", tag, qids=[QID] * (1 if request.wnames == ["a", "gone"] else len(request.wnames))
+            )
         case "Tclunk":
             return wire.encode("Rclunk", tag)
         case "Tgetattr":
@@ -62,14 +64,18 @@ def session() -> Session:
     return Session(FakeTransport(server), timeout=0.01)
 
 
+def state(session: Session) -> State:
+    return session.state
+
+
 def test_states_and_fids(session: Session) -> None:
-    assert session.state is State.NEW
+    assert state(session) is State.NEW
     with pytest.raises(P9StateError):
         session.attach()
     session.version(16384)
-    assert (session.state, session.msize) == (State.VERSIONED, 16384)
+    assert (state(session), session.msize) == (State.VERSIONED, 16384)
     root, qid = session.attach()
-    assert session.state is State.ATTACHED and qid == QID
+    assert state(session) is State.ATTACHED and qid == QID
     child, _ = session.walk(root, ["a", "b"])
     assert session.fids == {root, child}
     session.clunk(child)
@@ -77,7 +83,7 @@ def test_states_and_fids(session: Session) -> None:
     session.version()
     assert session.fids == set()
     session.close()
-    assert session.state is State.CLOSED
+    assert state(session) is State.CLOSED
     with pytest.raises(P9StateError):
         session.send("Tversion", msize=8192, version="9P2000.L")
 

@@ -77,7 +77,7 @@ def test_out_of_order_completion_is_matched_by_head() -> None:
 
 
 def test_unknown_head_from_device_is_an_error() -> None:
-    mem, queue, device = make(8)
+    _, queue, device = make(8)
     queue.add(chain())
     device.take()
     device.pending[0] = (5, device.pending[0][1])  # the device lies about the head
@@ -108,7 +108,7 @@ def test_used_index_wraps_at_65536() -> None:
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 4), st.integers(0, 100)), max_size=120))
 def test_random_submit_complete_orders_keep_the_free_list_exact(ops: list[tuple[int, int, int]]) -> None:
     mem, queue, device = make(8)
-    outside = bytes(mem.data[: BASE]) + bytes(mem.data[BASE + RingLayout.total_bytes(8) : 0x30000])
+    outside = bytes(mem.data[:BASE]) + bytes(mem.data[BASE + RingLayout.total_bytes(8) : 0x30000])
     live: dict[int, int] = {}
     for action, length, pick in ops:
         if action == 0:
@@ -129,4 +129,4 @@ def test_random_submit_complete_orders_keep_the_free_list_exact(ops: list[tuple[
     queue.poll()
     queue.check_idle()
     # nothing outside the ring and the buffers was touched
-    assert bytes(mem.data[: BASE]) + bytes(mem.data[BASE + RingLayout.total_bytes(8) : 0x30000]) == outside
+    assert bytes(mem.data[:BASE]) + bytes(mem.data[BASE + RingLayout.total_bytes(8) : 0x30000]) == outside

@@ -11,6 +11,7 @@ error; Tversion drops all), so :meth:`Session.close` can say which ones leaked.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import time
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from harness.errors import LeakError, P9ProtocolError, P9Rlerror, P9StateError, P9Timeout
+from harness.errors import HarnessError, LeakError, P9ProtocolError, P9Rlerror, P9StateError, P9Timeout
 from harness.p9 import wire
 from harness.p9.transport import Completion, Request
 
@@ -120,7 +121,9 @@ class Session:
 
     # -- sending ----------------------------------------------------------------------------------
 
-    def send(self, name: str, /, *, tag: int | None = None, reply_capacity: int | None = None, **fields: Any) -> Pending:
+    def send(
+        self, name: str, /, *, tag: int | None = None, reply_capacity: int | None = None, **fields: Any
+    ) -> Pending:
         """Encode and submit one T-message; Tversion gets NOTAG, others the lowest free tag."""
         if self.state is State.CLOSED:
             raise P9StateError(f"{name} on a closed session")
@@ -132,10 +135,8 @@ class Session:
     def send_raw(self, frame: bytes, *, reply_capacity: int | None = None) -> Pending:
         """Submit arbitrary bytes as one request (for malformed-input cases)."""
         request = None
-        try:
+        with contextlib.suppress(P9ProtocolError):
             request = wire.decode(frame)
-        except P9ProtocolError:
-            pass
         return self._submit(request, frame, reply_capacity)
 
     def rpc(self, name: str, /, **fields: Any) -> wire.Message:
@@ -157,7 +158,11 @@ class Session:
 
     def _complete(self, pending: Pending, timeout: float | None) -> Reply:
         limit = self.timeout if timeout is None else timeout
-        completion = self.transport.wait(pending.handle, limit)
+        try:
+            completion = self.transport.wait(pending.handle, limit)
+        except HarnessError as err:
+            err.add_note(f"while waiting for the reply to {pending.describe()} (tag {pending.tag})")
+            raise
         if completion is None:
             raise P9Timeout(f"no reply within {limit} s to {pending.describe()} (tag {pending.tag})")
         if len(pending.frame) >= wire.HEADER_SIZE and self._tags.get(pending.tag) is pending:

@@ -183,8 +183,7 @@ class VirtioTransport:
         """Raise :class:`LeakError` if a request, descriptor or guest buffer is still out."""
         if self._in_flight or self._done:
             raise LeakError(
-                f"{len(self._in_flight)} request(s) still in flight and {len(self._done)} completion(s) "
-                "never collected"
+                f"{len(self._in_flight)} request(s) still in flight and {len(self._done)} completion(s) never collected"
             )
         self.queue.check_idle()
         self.alloc.check_no_leaks(keep=frozenset({self.ring_addr}))

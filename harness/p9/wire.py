@@ -90,7 +90,6 @@ def _qid_iounit() -> Construct:
     return _body("qid" / Qid, "iounit" / Int32ul)
 
 
-
 TABLE: tuple[MessageDef, ...] = (
     MessageDef(7, "Rlerror", _body("ecode" / Int32ul)),
     MessageDef(8, "Tstatfs", _body("fid" / Int32ul)),

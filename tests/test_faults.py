@@ -1,0 +1,203 @@
+"""Faults injected into a real QEMU: killed, stopped, and pytest runs that end badly.
+
+These need the QEMU under test (``qemu_under_test``), like the cases, but check the harness.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from fixtures.plugin import QemuUnderTest
+from fixtures.pool import MachinePool
+from harness.errors import QEMUError, QEMUExited, QEMUStartError
+from harness.machine import Machine, MachineConfig
+from harness.p9.session import Session
+from harness.p9.transport import VirtioTransport
+
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+def config(qemu: QemuUnderTest, **kwargs: object) -> MachineConfig:
+    return MachineConfig(binary=qemu.binary, accel=qemu.probe.accel, **kwargs)  # type: ignore[arg-type]
+
+
+def test_killed_qemu_is_reported_with_status_and_stderr(qemu_under_test: QemuUnderTest) -> None:
+    with Machine(config(qemu_under_test)) as machine:
+        session = Session(VirtioTransport(machine))
+        session.version()
+        root, _ = session.attach()
+        assert machine.pid is not None
+        os.kill(machine.pid, signal.SIGKILL)
+        with pytest.raises(QEMUExited) as info:
+            session.getattr(root)
+        text = str(info.value)
+        assert "killed by SIGKILL (-9)" in text
+        assert "argv: " + str(qemu_under_test.binary) in text
+        assert any("Tgetattr(fid=0" in note for note in info.value.__notes__)
+        assert info.value.crashed
+
+
+def test_pool_replaces_a_dead_qemu(qemu_under_test: QemuUnderTest) -> None:
+    pool = MachinePool()
+    try:
+        first = pool.get(config(qemu_under_test))
+        assert first.machine.pid is not None
+        os.kill(first.machine.pid, signal.SIGKILL)
+        first.machine._proc.wait()  # type: ignore[union-attr]
+        second = pool.get(config(qemu_under_test))
+        assert second is not first and second.alive() and pool.starts == 2
+        session = Session(second.transport)
+        assert session.version().msize == 8192
+    finally:
+        pool.close()
+
+
+def test_stopped_qemu_times_out_naming_the_request_and_is_cleaned_up(qemu_under_test: QemuUnderTest) -> None:
+    machine = Machine(config(qemu_under_test), qtest_timeout=0.5)
+    machine.launch()
+    try:
+        session = Session(VirtioTransport(machine))
+        session.version()
+        assert machine.pid is not None
+        os.kill(machine.pid, signal.SIGSTOP)
+        start = time.monotonic()
+        with pytest.raises(QEMUError, match="still running but does not answer") as info:
+            session.rpc("Tattach", fid=0, afid=0xFFFFFFFF, uname="", aname="", n_uname=0)
+        assert time.monotonic() - start < 5
+        assert any("Tattach(fid=0" in note for note in info.value.__notes__)
+    finally:
+        start = time.monotonic()
+        status = machine.shutdown()
+    assert status is not None and not machine.is_running()
+    assert time.monotonic() - start < 3
+
+
+def test_bad_option_is_quoted_with_argv(qemu_under_test: QemuUnderTest) -> None:
+    bad = config(qemu_under_test, extra_args=("-no-such-option",))
+    with pytest.raises(QEMUStartError) as info:
+        Machine(bad).launch()
+    assert "-no-such-option" in info.value.stderr_tail
+    assert info.value.status == 1 and "-no-such-option" in " ".join(info.value.argv)
+
+
+def _our_qemus(marker: str) -> list[str]:
+    out = subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True, check=False).stdout
+    return [line for line in out.splitlines() if "qemu-system" in line and "pgrep" not in line]
+
+
+CASE = textwrap.dedent(
+    """
+    import time
+    from fixtures.qos import qos
+
+    @qos("fault/sleeper", backends=["synth", "local"])
+    def test_sleeper(attached):
+        attached.clunk(0)
+        time.sleep(60)
+    """
+)
+
+
+def _run_pytest(tmp_path: Path, qemu: QemuUnderTest, *args: str, source: str = CASE) -> subprocess.Popen[str]:
+    (tmp_path / "test_case.py").write_text(source)
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(PROJECT), "QTEST_QEMU_BINARY": str(qemu.binary)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "fixtures.plugin", "-q", "--rootdir", str(tmp_path),
+         "--basetemp", str(tmp_path / "base"), *args, str(tmp_path / "test_case.py")],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def _wait_for_qemus(marker: str, count: int, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 30
+    while len(_our_qemus(marker)) < count:
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "QEMU never started"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    ("args", "sig", "qemus"),
+    [
+        pytest.param((), signal.SIGINT, 1, id="ctrl-c"),
+        pytest.param(("-n", "2"), signal.SIGINT, 2, id="ctrl-c-xdist"),
+        pytest.param(("-n", "2"), signal.SIGKILL, 2, id="kill-9-xdist"),
+    ],
+)
+def test_no_qemu_left_after_pytest_ends(
+    tmp_path: Path, qemu_under_test: QemuUnderTest, args: tuple[str, ...], sig: signal.Signals, qemus: int
+) -> None:
+    proc = _run_pytest(tmp_path, qemu_under_test, *args)
+    try:
+        _wait_for_qemus(str(tmp_path), qemus, proc)
+        os.killpg(proc.pid, sig)  # the whole process group, as a terminal's Ctrl-C
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    deadline = time.monotonic() + 5
+    while _our_qemus(str(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _our_qemus(str(tmp_path)) == []
+
+
+KILLER = textwrap.dedent(
+    """
+    import os, signal
+    from fixtures.qos import qos
+
+    @qos("fault/killed", backends=["synth"])
+    def test_a_killed(attached, device):
+        os.kill(device.machine.pid, signal.SIGKILL)
+        attached.getattr(0)
+
+    @qos("fault/after", backends=["synth"])
+    def test_b_after(attached, device):
+        assert attached.getattr(0).qid["type"] == 0x80
+    """
+)
+
+
+def test_case_after_a_killed_qemu_gets_a_fresh_one(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    proc = _run_pytest(tmp_path, qemu_under_test, source=KILLER)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1, out
+    assert "1 failed, 1 passed" in out
+    assert "QEMUExited" in out and "killed by SIGKILL (-9)" in out and "while waiting for the reply to Tgetattr" in out
+    summary = next(line for line in out.splitlines() if line.startswith("| synth"))
+    assert summary.split("|")[-2].strip() == "1", summary  # the "QEMU died" column
+
+
+def test_blocked_request_does_not_poison_the_next_case(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    source = textwrap.dedent(
+        """
+        import pytest
+        from harness.errors import P9Timeout
+        from fixtures.qos import qos
+
+        @qos("fault/blocked", backends=["synth"])
+        def test_a_blocked(attached):
+            fid, _ = attached.walk(0, ["FLUSH"])
+            attached.lopen(fid, 1)
+            with pytest.raises(P9Timeout, match=r"Twrite\\(fid=1, offset=0, data=b'\\\\x01'\\)"):
+                attached.send("Twrite", fid=fid, offset=0, data=b"\\x01").result(timeout=0.2)
+            assert False, "leave the request in flight"
+
+        @qos("fault/next", backends=["synth"])
+        def test_b_next(attached):
+            assert attached.getattr(0).qid["type"] == 0x80
+        """
+    )
+    proc = _run_pytest(tmp_path, qemu_under_test, "--p9-timeout", "2", source=source)
+    out, _ = proc.communicate(timeout=60)
+    assert "1 failed, 1 passed" in out, out
