@@ -68,20 +68,18 @@ class QTest:
 
     def exchange(self, lines: Sequence[str]) -> list[str]:
         """Send posted commands and ``lines`` in one write; return the ``OK`` payloads of ``lines``."""
-        posted, self._posted = self._posted, []
-        everything = [*posted, *lines]
-        self._send("".join(line + "\n" for line in everything))
-        replies = [self._read_reply() for _ in everything]
-        failure: QTestFail | None = None
+        everything = self._posted
+        everything.extend(lines)
+        self._posted = []
+        self._send("\n".join(everything) + "\n")
+        replies = self._read_replies(len(everything))
         payloads: list[str] = []
         for line, reply in zip(everything, replies, strict=True):
             status, _, rest = reply.partition(" ")
             if status != "OK":
-                failure = failure or QTestFail(line, reply)
+                raise QTestFail(line, reply)
             payloads.append(rest)
-        if failure is not None:
-            raise failure
-        return payloads[len(posted) :]
+        return payloads[len(everything) - len(lines) :]
 
     def _send(self, text: str) -> None:
         self.round_trips += 1
@@ -90,33 +88,38 @@ class QTest:
         except OSError as err:
             self._lost(QTestDisconnected(f"qtest socket send failed: {err}"), err)
 
-    def _read_reply(self) -> str:
-        while True:
-            line = self._read_line()
-            if line.startswith("IRQ "):
-                self._record_irq(line)
+    def _read_replies(self, count: int) -> list[str]:
+        """Read ``count`` reply lines, recording and skipping asynchronous IRQ lines."""
+        replies: list[str] = []
+        while len(replies) < count:
+            if self._buf.count(b"\n") < count - len(replies):
+                self._receive()
                 continue
-            return line
-
-    def _read_line(self) -> str:
-        while True:
-            end = self._buf.find(b"\n")
-            if end >= 0:
-                raw = bytes(self._buf[:end])
-                del self._buf[: end + 1]
+            *complete, rest = self._buf.split(b"\n")
+            self._buf = bytearray(rest)
+            for raw in complete:
                 try:
-                    return raw.decode("ascii")
+                    line = raw.decode("ascii")
                 except UnicodeDecodeError as err:
-                    raise QTestProtocolError(f"non-ASCII qtest reply line: {raw[:80]!r}") from err
-            try:
-                chunk = self._sock.recv(1 << 20)
-            except TimeoutError as err:
-                self._lost(QTestTimeout(f"no qtest reply within {self._sock.gettimeout()} s"), err)
-            except OSError as err:
-                self._lost(QTestDisconnected(f"qtest socket receive failed: {err}"), err)
-            if not chunk:
-                self._lost(QTestDisconnected("qtest socket closed by QEMU"), None)
-            self._buf += chunk
+                    raise QTestProtocolError(f"non-ASCII qtest reply line: {bytes(raw[:80])!r}") from err
+                if line.startswith("IRQ "):
+                    self._record_irq(line)
+                else:
+                    replies.append(line)
+        if len(replies) > count:
+            raise QTestProtocolError(f"{len(replies)} qtest replies to {count} commands: {replies[count:]!r}")
+        return replies
+
+    def _receive(self) -> None:
+        try:
+            chunk = self._sock.recv(1 << 20)
+        except TimeoutError as err:
+            self._lost(QTestTimeout(f"no qtest reply within {self._sock.gettimeout()} s"), err)
+        except OSError as err:
+            self._lost(QTestDisconnected(f"qtest socket receive failed: {err}"), err)
+        if not chunk:
+            self._lost(QTestDisconnected("qtest socket closed by QEMU"), None)
+        self._buf += chunk
 
     def _lost(self, err: QTestError, cause: BaseException | None) -> NoReturn:
         better = self._on_lost(err) if self._on_lost else None

@@ -109,11 +109,15 @@ class SplitVirtqueue:
                 f"of {self.size} ({self.in_flight} chains in flight)"
             )
         ids = [self._free.popleft() for _ in chain]
+        run_start, run = ids[0], bytearray()
         for pos, (desc_id, buf) in enumerate(zip(ids, chain, strict=True)):
             last = pos == len(ids) - 1
             flags = (0 if last else DESC_F_NEXT) | (DESC_F_WRITE if buf.writable else 0)
-            nxt = 0 if last else ids[pos + 1]
-            self.mem.memwrite(self.layout.desc + 16 * desc_id, _DESC.pack(buf.addr, buf.length, flags, nxt))
+            if desc_id != run_start + len(run) // 16:  # not adjacent: write out the run so far
+                self.mem.memwrite(self.layout.desc + 16 * run_start, bytes(run))
+                run_start, run = desc_id, bytearray()
+            run += _DESC.pack(buf.addr, buf.length, flags, 0 if last else ids[pos + 1])
+        self.mem.memwrite(self.layout.desc + 16 * run_start, bytes(run))
         head = ids[0]
         self._chains[head] = ids
         slot = self.layout.avail + 4 + 2 * (self.avail_idx % self.size)

@@ -152,8 +152,10 @@ class Session:
             self._tags.setdefault(pending.tag, pending)
         tag = pending.tag if len(frame) >= wire.HEADER_SIZE else "?"
         self.history.append((time.monotonic(), "-->", tag, request or frame))
-        log.debug("--> tag=%s %s", tag, pending.describe())
-        hexlog.debug("--> %s", frame.hex())
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("--> tag=%s %s", tag, pending.describe())
+        if hexlog.isEnabledFor(logging.DEBUG):
+            hexlog.debug("--> %s", frame.hex())
         return pending
 
     def _complete(self, pending: Pending, timeout: float | None) -> Reply:
@@ -168,7 +170,8 @@ class Session:
         if len(pending.frame) >= wire.HEADER_SIZE and self._tags.get(pending.tag) is pending:
             del self._tags[pending.tag]
         frame = completion.reply
-        hexlog.debug("<-- %s", frame.hex())
+        if hexlog.isEnabledFor(logging.DEBUG):
+            hexlog.debug("<-- %s", frame.hex())
         if completion.used_len == 0:
             self.history.append((time.monotonic(), "<--", pending.tag, "(reply buffer returned empty)"))
             log.debug("<-- tag=%s (buffer returned empty)", pending.tag)

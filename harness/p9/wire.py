@@ -12,6 +12,8 @@ session's ``send_raw`` sends any bytes.
 from __future__ import annotations
 
 import errno as _errno
+import functools
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -184,6 +186,15 @@ FRAME = Prefixed(
 _WHOLE_FRAME = FocusedSeq("frame", "frame" / FRAME, Terminated)
 
 
+@functools.cache
+def frame_parser() -> Construct:
+    """The frame parser compiled by construct (Rgetattr: ~44 µs interpreted, ~8 µs compiled).
+
+    Compiled on first use (about 20 ms) so that importing the table stays cheap.
+    """
+    return _WHOLE_FRAME.compile()
+
+
 def reply_type(request: MessageDef) -> MessageDef:
     """The R message that answers ``request`` (always type + 1)."""
     return BY_TYPE[request.type + 1]
@@ -191,7 +202,11 @@ def reply_type(request: MessageDef) -> MessageDef:
 
 @dataclass(frozen=True)
 class Message:
-    """A decoded (or to-be-encoded) message: ``Twalk(fid=1, newfid=2, wnames=['a'])``."""
+    """A decoded (or to-be-encoded) message: ``Twalk(fid=1, newfid=2, wnames=['a'])``.
+
+    ``fields`` of a decoded message is construct's Container: a dict that compares equal to a
+    plain dict and may carry construct's own ``_io`` key, which printing leaves out.
+    """
 
     name: str
     tag: int
@@ -227,15 +242,6 @@ def _show(value: Any) -> str:
     return repr(value)
 
 
-def _plain(value: Any) -> Any:
-    """construct Containers/ListContainers to dicts/lists without the ``_io`` bookkeeping."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items() if not k.startswith("_")}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
 def encode(name: str, tag: int, /, **fields: Any) -> bytes:
     """Build the frame of message ``name``; every body field must be given."""
     try:
@@ -255,11 +261,14 @@ def decode(frame: bytes) -> Message:
     defn = BY_TYPE.get(frame[4])
     if defn is None:
         raise P9ProtocolError(f"unknown 9P message type {frame[4]} in frame {frame[:16].hex()}")
+    size = int.from_bytes(frame[:4], "little")
+    if size != len(frame):
+        raise P9ProtocolError(f"{defn.name} frame says size {size} but has {len(frame)} bytes: {frame[:24].hex()}")
     try:
-        parsed = _WHOLE_FRAME.parse(frame)
-    except ConstructError as err:
+        parsed = frame_parser().parse(frame)
+    except (ConstructError, struct.error, ValueError, IndexError) as err:  # the compiled parser raises these
         raise P9ProtocolError(f"malformed {defn.name} frame ({len(frame)} bytes {frame[:24].hex()}…): {err}") from err
-    return Message(defn.name, parsed.tag, _plain(parsed.body))
+    return Message(defn.name, parsed.tag, parsed.body)
 
 
 def peek_header(frame: bytes) -> tuple[int, int, int]:
