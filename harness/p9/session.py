@@ -64,11 +64,9 @@ class Pending:
         self.request = request
         self.frame = frame
         self.handle = handle
+        #: The frame's tag (None for a raw frame shorter than the header).
+        self.tag: int | None = wire.peek_header(frame)[2] if len(frame) >= wire.HEADER_SIZE else None
         self._reply: Reply | None = None
-
-    @property
-    def tag(self) -> int:
-        return wire.peek_header(self.frame)[2]
 
     @property
     def head(self) -> int:
@@ -148,12 +146,11 @@ class Session:
             capacity = self.msize if self.msize >= wire.HEADER_SIZE else PREVERSION_REPLY_CAPACITY
         handle = self.transport.submit(frame, capacity)
         pending = Pending(self, request, frame, handle)
-        if len(frame) >= wire.HEADER_SIZE:
+        if pending.tag is not None:
             self._tags.setdefault(pending.tag, pending)
-        tag = pending.tag if len(frame) >= wire.HEADER_SIZE else "?"
-        self.history.append((time.monotonic(), "-->", tag, request or frame))
+        self.history.append((time.monotonic(), "-->", pending.tag, request or frame))
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("--> tag=%s %s", tag, pending.describe())
+            log.debug("--> tag=%s %s", pending.tag, pending.describe())
         if hexlog.isEnabledFor(logging.DEBUG):
             hexlog.debug("--> %s", frame.hex())
         return pending
@@ -167,7 +164,7 @@ class Session:
             raise
         if completion is None:
             raise P9Timeout(f"no reply within {limit} s to {pending.describe()} (tag {pending.tag})")
-        if len(pending.frame) >= wire.HEADER_SIZE and self._tags.get(pending.tag) is pending:
+        if pending.tag is not None and self._tags.get(pending.tag) is pending:
             del self._tags[pending.tag]
         frame = completion.reply
         if hexlog.isEnabledFor(logging.DEBUG):
@@ -181,7 +178,7 @@ class Session:
         finally:
             self.history.append((time.monotonic(), "<--", pending.tag, frame))
         self.history[-1] = (self.history[-1][0], "<--", message.tag, message)
-        if len(pending.frame) >= wire.HEADER_SIZE and message.tag != pending.tag:
+        if pending.tag is not None and message.tag != pending.tag:
             raise P9ProtocolError(f"{pending.describe()} (tag {pending.tag}) answered with tag {message.tag}")
         log.debug("<-- tag=%d %s", message.tag, message)
         if pending.request is not None:
