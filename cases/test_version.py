@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import errno
 
+import pytest
+
 from fixtures.expect import expect_rlerror
 from fixtures.pool import Device
 from fixtures.qos import qos
@@ -54,6 +56,7 @@ def test_unknown_version(p9: Session, device: Device, msize: int) -> None:
     assert MSIZE_WARNING not in device.machine.stderr_since(mark)
 
 
+@pytest.mark.needs_qtest_accel
 @qos("version/drops_fids", backends=["synth"])
 def test_version_drops_fids(p9: Session) -> None:
     """ "A Tversion ... aborts all outstanding I/O and clunks all fids" (version(5))."""

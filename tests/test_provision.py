@@ -1,0 +1,70 @@
+"""Finding and probing QEMU: lookup order, the degraded mode of Debian's packaged binary, refusal."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures.plugin import QemuUnderTest
+from harness import provision
+from harness.errors import ProvisionError
+
+PROJECT = Path(__file__).resolve().parent.parent
+#: Debian's qemu-system-x86 package: no qtest accelerator (`make test` installs it for these tests).
+PACKAGED = Path("/usr/bin/qemu-system-x86_64")
+
+
+def test_explicit_beats_environment_beats_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    for path in (first, second):
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+    monkeypatch.setenv(provision.ENV_BINARY, str(second))
+    assert provision.find_qemu(first) == (first, "--qemu-binary")
+    assert provision.find_qemu(None) == (second, provision.ENV_BINARY)
+    monkeypatch.delenv(provision.ENV_BINARY)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    with pytest.raises(ProvisionError, match="make qemu"):
+        provision.find_qemu(None)
+
+
+def test_missing_explicit_binary_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ProvisionError, match="not an executable file"):
+        provision.find_qemu(tmp_path / "nope")
+
+
+def test_the_provisioned_build_is_full(qemu_under_test: QemuUnderTest) -> None:
+    found = qemu_under_test.probe
+    assert found.usable and found.qtest_accel and found.accel == "qtest" and found.synth_tree
+
+
+def test_binary_without_qtest_is_refused_saying_how(tmp_path: Path) -> None:
+    fake = tmp_path / "qemu-system-x86_64"
+    fake.write_text('#!/bin/sh\n[ "$1" = --version ] && echo "QEMU emulator version 9.9.9" && exit 0\nexit 1\n')
+    fake.chmod(0o755)
+    found = provision.probe(fake)
+    assert (found.version, found.qtest_option, found.usable) == ("9.9.9", False, False)
+    with pytest.raises(ProvisionError, match=r"lacks -qtest and virtio-9p-pci.*make qemu"):
+        found.require_usable()
+
+
+@pytest.mark.skipif(not PACKAGED.exists(), reason="Debian's qemu-system-x86 is not installed (make test installs it)")
+def test_packaged_binary_runs_degraded() -> None:
+    found = provision.probe(PACKAGED)
+    assert (found.qtest_accel, found.qtest_option, found.virtio_9p_pci) == (False, True, True)
+    assert found.accel == "tcg" and not found.synth_tree
+
+
+@pytest.mark.skipif(not PACKAGED.exists(), reason="Debian's qemu-system-x86 is not installed (make test installs it)")
+def test_cases_on_the_packaged_binary_skip_what_needs_the_synth_tree() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "cases/", "-q", "-rs", "--qemu-binary", str(PACKAGED), "-k", "version"],
+        cwd=PROJECT, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(PROJECT)},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "no qtest accelerator, so no synth test tree" in run.stdout
+    assert run.stdout.strip().splitlines()[-1].startswith("9 passed, 1 skipped")
