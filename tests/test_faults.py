@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from harness.errors import QEMUError, QEMUExited, QEMUStartError
 from harness.machine import Machine, MachineConfig
 from harness.p9.session import Session
 from harness.p9.transport import VirtioTransport
+from tests.subrun import run_pytest
 
 PROJECT = Path(__file__).resolve().parent.parent
 
@@ -106,17 +106,6 @@ CASE = textwrap.dedent(
 )
 
 
-def _run_pytest(tmp_path: Path, qemu: QemuUnderTest, *args: str, source: str = CASE) -> subprocess.Popen[str]:
-    (tmp_path / "test_case.py").write_text(source)
-    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(PROJECT), "QTEST_QEMU_BINARY": str(qemu.binary)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "fixtures.plugin", "-q", "--rootdir", str(tmp_path),
-         "--basetemp", str(tmp_path / "base"), *args, str(tmp_path / "test_case.py")],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True,
-    )  # fmt: skip
-
-
 def _wait_for_qemus(marker: str, count: int, proc: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + 30
     while len(_our_qemus(marker)) < count:
@@ -136,7 +125,7 @@ def _wait_for_qemus(marker: str, count: int, proc: subprocess.Popen[str]) -> Non
 def test_no_qemu_left_after_pytest_ends(
     tmp_path: Path, qemu_under_test: QemuUnderTest, args: tuple[str, ...], sig: signal.Signals, qemus: int
 ) -> None:
-    proc = _run_pytest(tmp_path, qemu_under_test, *args)
+    proc = run_pytest(tmp_path, qemu_under_test, *args, source=CASE)
     try:
         _wait_for_qemus(str(tmp_path), qemus, proc)
         os.killpg(proc.pid, sig)  # the whole process group, as a terminal's Ctrl-C
@@ -169,7 +158,7 @@ KILLER = textwrap.dedent(
 
 
 def test_case_after_a_killed_qemu_gets_a_fresh_one(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
-    proc = _run_pytest(tmp_path, qemu_under_test, source=KILLER)
+    proc = run_pytest(tmp_path, qemu_under_test, source=KILLER)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1, out
     assert "1 failed, 1 passed" in out
@@ -198,6 +187,6 @@ def test_blocked_request_does_not_poison_the_next_case(tmp_path: Path, qemu_unde
             assert attached.getattr(0).qid["type"] == 0x80
         """
     )
-    proc = _run_pytest(tmp_path, qemu_under_test, "--p9-timeout", "2", source=source)
+    proc = run_pytest(tmp_path, qemu_under_test, "--p9-timeout", "2", source=source)
     out, _ = proc.communicate(timeout=60)
     assert "1 failed, 1 passed" in out, out

@@ -1,0 +1,23 @@
+"""Run pytest on a case file of a test's own, in a subprocess, with the harness's plugin."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fixtures.plugin import QemuUnderTest
+
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+def run_pytest(tmp_path: Path, qemu: QemuUnderTest, *args: str, source: str) -> subprocess.Popen[str]:
+    (tmp_path / "test_case.py").write_text(source)
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(PROJECT), "QTEST_QEMU_BINARY": str(qemu.binary)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "fixtures.plugin", "-q", "--rootdir", str(tmp_path),
+         "--basetemp", str(tmp_path / "base"), *args, str(tmp_path / "test_case.py")],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip

@@ -1,0 +1,80 @@
+"""QEMU's argv from typed configuration, and QMP on a real QEMU."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from fixtures.plugin import QemuUnderTest
+from harness.machine import LocalFs, Machine, MachineConfig
+from harness.p9.session import Session
+from harness.p9.transport import VirtioTransport
+from tests.subrun import run_pytest
+
+
+def test_argv_for_local_legacy() -> None:
+    config = MachineConfig(
+        binary=Path("/q"),
+        fs=LocalFs(Path("/tmp/a,b"), security_model="passthrough", multidevs="remap"),
+        transport="legacy",
+        ram_mib=256,
+        ioeventfd=False,
+    )
+    argv = config.argv(Path("/s/qtest.sock"), Path("/s/qmp.sock"))
+    assert argv[0] == "/q"
+    assert argv[argv.index("-fsdev") + 1] == "local,id=fsdev0,path=/tmp/a,,b,security_model=passthrough,multidevs=remap"
+    device = argv[argv.index("-device") + 1]
+    assert device == "virtio-9p-pci,fsdev=fsdev0,mount_tag=qtest,addr=04.0,disable-modern=on,ioeventfd=off"
+    assert argv[argv.index("-m") + 1] == "256M"
+    assert argv[-2:] == ["-accel", "qtest"]
+
+
+def test_degraded_accel_stops_the_vcpus() -> None:
+    argv = MachineConfig(binary=Path("/q"), accel="tcg").argv(Path("/a"), Path("/b"))
+    assert argv[-3:] == ["-accel", "tcg", "-S"]
+
+
+def test_equal_configs_share_a_qemu() -> None:
+    assert MachineConfig(binary=Path("/q")) == MachineConfig(binary=Path("/q"))
+    assert hash(MachineConfig(binary=Path("/q"), transport="legacy")) != hash(MachineConfig(binary=Path("/q")))
+
+
+def test_system_reset_waits_for_the_reset_event_and_the_device_comes_back(qemu_under_test: QemuUnderTest) -> None:
+    config = MachineConfig(binary=qemu_under_test.binary, accel=qemu_under_test.probe.accel)  # type: ignore[arg-type]
+    with Machine(config) as machine:
+        transport = VirtioTransport(machine)
+        Session(transport).version()
+        machine.system_reset()
+        assert transport.dev.get_status() == 0  # the reset reached the device
+        transport.reset()
+        session = Session(transport)
+        assert session.version().msize == 8192
+        assert machine.qmp("query-status") == {"status": "running", "singlestep": False, "running": True}
+
+
+def test_fresh_qemu_marker_gives_a_process_of_its_own(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    source = textwrap.dedent(
+        """
+        import pytest
+        from fixtures.qos import qos
+
+        PIDS = []
+
+        @qos("a", backends=["synth"])
+        def test_a_shared(device):
+            PIDS.append(device.machine.pid)
+
+        @pytest.mark.fresh_qemu
+        @qos("b", backends=["synth"])
+        def test_b_fresh(device):
+            PIDS.append(device.machine.pid)
+            assert PIDS[0] != PIDS[1]
+
+        @qos("c", backends=["synth"])
+        def test_c_shared_again(device):
+            assert device.machine.pid == PIDS[0]
+        """
+    )
+    proc = run_pytest(tmp_path, qemu_under_test, source=source)
+    out, _ = proc.communicate(timeout=60)
+    assert out.strip().splitlines()[-1].startswith("3 passed"), out
