@@ -56,7 +56,7 @@ def test_unknown_version(p9: Session, device: Device, msize: int) -> None:
     assert MSIZE_WARNING not in device.machine.stderr_since(mark)
 
 
-@pytest.mark.needs_qtest_accel
+@pytest.mark.needs_synth_tree
 @qos("version/drops_fids", backends=["synth"])
 def test_version_drops_fids(p9: Session) -> None:
     """ "A Tversion ... aborts all outstanding I/O and clunks all fids" (version(5))."""

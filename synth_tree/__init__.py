@@ -1,15 +1,22 @@
-"""Expected trees: QEMU's synth test tree (hw/9pfs/9p-synth.c, built only under qtest).
+"""Expected trees, and the builders that materialise trees for the local backend.
 
-The synth backend lists a directory's children newest first (QLIST_INSERT_HEAD), and every
-directory it makes gets ``..`` then ``.`` first, so listings end with ``.``, ``..``.
+:data:`ROOT` describes QEMU's synth test tree (hw/9pfs/9p-synth.c, built only under the qtest
+accelerator). The synth backend lists a directory's children newest first (QLIST_INSERT_HEAD),
+and every directory it makes gets ``..`` then ``.`` first, so listings end with ``.``, ``..``.
+
+:func:`materialise` writes any :class:`Node` tree into a host directory, so the local backend
+can be given the same shapes (a ReadDirDir of any size, the WALK chain, deep chains, long names).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 WALK_DEPTH = 16  # P9_MAXWELEM
 READDIR_NFILES = 100
+NAME_MAX = 255
 
 
 @dataclass(frozen=True)
@@ -22,21 +29,58 @@ class Node:
         """Names in the order QEMU's synth readdir returns them."""
         return [child.name for child in reversed(self.children)] + [".", ".."]
 
+    def names(self) -> set[str]:
+        """The names any backend must list: children plus ``.`` and ``..``."""
+        return {child.name for child in self.children} | {".", ".."}
 
-def _walk_chain(depth: int) -> Node:
-    node = Node(f"WALK{depth - 1}", True)
-    for level in range(depth - 2, -1, -1):
-        node = Node(f"WALK{level}", True, (node,))
+    def child(self, name: str) -> Node:
+        return next(c for c in self.children if c.name == name)
+
+
+def chain(names: list[str]) -> Node:
+    """Nested directories ``names[0]/names[1]/...``."""
+    node = Node(names[-1], True)
+    for name in reversed(names[:-1]):
+        node = Node(name, True, (node,))
     return node
 
 
-READDIR_DIR = Node("ReadDirDir", True, tuple(Node(f"ReadDirFile{i}", False) for i in range(READDIR_NFILES)))
+def readdir_dir(files: int = READDIR_NFILES, name: str = "ReadDirDir") -> Node:
+    """A directory of ``files`` empty files named ReadDirFile0 … as QEMU's synth one."""
+    return Node(name, True, tuple(Node(f"ReadDirFile{i}", False) for i in range(files)))
+
+
+WALK_PATH = [f"WALK{i}" for i in range(WALK_DEPTH)]
+READDIR_DIR = readdir_dir()
 
 #: The root of the synth export, children in creation order.
 ROOT = Node(
     "",
     True,
-    (_walk_chain(WALK_DEPTH), Node("LOPEN", False), Node("WRITE", False), Node("FLUSH", False), READDIR_DIR),
+    (chain(WALK_PATH), Node("LOPEN", False), Node("WRITE", False), Node("FLUSH", False), READDIR_DIR),
 )
 
-WALK_PATH = [f"WALK{i}" for i in range(WALK_DEPTH)]
+
+def materialise(node: Node, parent: Path) -> Path:
+    """Create ``node`` (and below) inside ``parent`` on the host; returns its path."""
+    path = parent / node.name
+    if node.is_dir:
+        path.mkdir()
+        for child in node.children:
+            materialise(child, path)
+    else:
+        path.touch()
+    return path
+
+
+def materialise_deep(parent: Path, names: list[str]) -> None:
+    """A chain of directories too deep for one host path (> PATH_MAX): made with mkdirat."""
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in names:
+            os.mkdir(name, dir_fd=fd)
+            nxt = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    finally:
+        os.close(fd)

@@ -31,7 +31,7 @@ class FakeTransport:
 
     def wait(self, request: Request, timeout: float) -> Completion | None:
         reply = self.answer(wire.decode(self.sent[request.head - 1]))
-        return None if reply is None else Completion(request, len(reply), reply)
+        return None if reply is None else Completion(request, len(reply), reply, request.head)
 
 
 QID = {"type": 0x80, "version": 0, "path": 7}

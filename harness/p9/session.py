@@ -54,6 +54,8 @@ class Reply:
     used_len: int
     frame: bytes
     message: wire.Message | None  # None when the device returned the buffer empty (a flush)
+    #: Completion order on the used ring (0 = first since the device was brought up).
+    order: int
 
 
 class Pending:
@@ -172,7 +174,7 @@ class Session:
         if completion.used_len == 0:
             self.history.append((time.monotonic(), "<--", pending.tag, "(reply buffer returned empty)"))
             log.debug("<-- tag=%s (buffer returned empty)", pending.tag)
-            return Reply(0, frame, None)
+            return Reply(0, frame, None, completion.order)
         try:
             message = wire.decode(frame)
         finally:
@@ -183,7 +185,7 @@ class Session:
         log.debug("<-- tag=%d %s", message.tag, message)
         if pending.request is not None:
             self._track(pending.request, message)
-        return Reply(completion.used_len, frame, message)
+        return Reply(completion.used_len, frame, message, completion.order)
 
     def _track(self, request: wire.Message, reply: wire.Message) -> None:
         """Keep the fid set and the session state in step with what the server did."""
@@ -266,6 +268,48 @@ class Session:
             shown = item.hex() if isinstance(item, bytes) else str(item)
             lines.append(f"{(when - start) * 1000:9.3f} ms {arrow} tag={tag} {shown}")
         return "\n".join(lines)
+
+    def walk_path(self, fid: int, path: str, newfid: int | None = None) -> tuple[int, list[dict[str, int]]]:
+        """Twalk along ``a/b/c`` (empty components dropped)."""
+        return self.walk(fid, [part for part in path.split("/") if part], newfid)
+
+    def statfs(self, fid: int) -> wire.Message:
+        return self.rpc("Tstatfs", fid=fid)
+
+    def mkdir(self, dfid: int, name: str, mode: int = 0o755, gid: int = 0) -> dict[str, int]:
+        return dict(self.rpc("Tmkdir", dfid=dfid, name=name, mode=mode, gid=gid).qid)
+
+    def lcreate(self, fid: int, name: str, flags: int = 1, mode: int = 0o644, gid: int = 0) -> wire.Message:
+        """Tlcreate: ``fid`` (a directory) becomes the new, open file."""
+        return self.rpc("Tlcreate", fid=fid, name=name, flags=flags, mode=mode, gid=gid)
+
+    def symlink(self, dfid: int, name: str, target: str, gid: int = 0) -> dict[str, int]:
+        return dict(self.rpc("Tsymlink", fid=dfid, name=name, symtgt=target, gid=gid).qid)
+
+    def link(self, dfid: int, fid: int, name: str) -> None:
+        self.rpc("Tlink", dfid=dfid, fid=fid, name=name)
+
+    def readlink(self, fid: int) -> str:
+        return str(self.rpc("Treadlink", fid=fid).target)
+
+    def unlinkat(self, dirfd: int, name: str, flags: int = 0) -> None:
+        self.rpc("Tunlinkat", dirfd=dirfd, name=name, flags=flags)
+
+    def readdir_all(self, fid: int, count: int | None = None) -> list[list[dict[str, Any]]]:
+        """Treaddir from offset 0, each next one at the last entry's offset, until a count-0 reply.
+
+        Returns the entries of every reply, the final empty one included.
+        """
+        replies: list[list[dict[str, Any]]] = []
+        offset = 0
+        while True:
+            entries = self.readdir(fid, offset, count)
+            replies.append(entries)
+            if not entries:
+                return replies
+            if entries[-1]["offset"] == offset:
+                raise P9ProtocolError(f"Treaddir at offset {offset} returned entries that end at the same offset")
+            offset = entries[-1]["offset"]
 
     # -- end --------------------------------------------------------------------------------------
 

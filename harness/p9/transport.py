@@ -52,6 +52,8 @@ class Completion:
     request: Request
     used_len: int
     reply: bytes
+    #: Position of this entry in the used ring since bring-up: the order the device completed in.
+    order: int
 
 
 class VirtioTransport:
@@ -67,6 +69,7 @@ class VirtioTransport:
         self.features = 0
         self._in_flight: dict[int, Request] = {}
         self._done: dict[int, Completion] = {}
+        self._completed = 0
         self.start()
 
     # -- bring-up ---------------------------------------------------------------------------------
@@ -79,6 +82,7 @@ class VirtioTransport:
         self.alloc = GuestAllocator.for_ram(self._ram_size)
         self._in_flight.clear()
         self._done.clear()
+        self._completed = 0
         self.dev = open_virtio_pci(PCIBus(qt), DEVICE_TYPE_9P, self.machine.config.transport)
         self.features = negotiate(self.dev, self.wanted_features)
         size = self.dev.queue_size(REQUEST_QUEUE)
@@ -168,7 +172,8 @@ class VirtioTransport:
     def _finish(self, request: Request, elem: UsedElem, reply: bytes) -> None:
         self.alloc.free(request.out_addr)
         self.alloc.free(request.in_addr)
-        self._done[request.head] = Completion(request, elem.length, reply)
+        self._done[request.head] = Completion(request, elem.length, reply, self._completed)
+        self._completed += 1
 
     def _check_health(self) -> None:
         status = self.dev.get_status()

@@ -1,0 +1,42 @@
+"""Tlcreate: "create a regular file name in directory fid and prepare it for I/O ... fid is
+changed to represent the newly created file" (diod protocol.md)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from fixtures.expect import expect_rlerror
+from fixtures.place import Place
+from fixtures.qos import qos
+from harness.p9 import wire
+
+
+@qos("create_file", backends=["local"])
+def test_create_file(place: Place) -> None:
+    """A regular file on the host with the mode asked for; the fid is now the open file (a write
+    through it lands in the host file byte for byte, and moves qid.version); iounit follows
+    get_iounit; O_EXCL on an existing name is EEXIST and the file is untouched."""
+    p9 = place.session
+    p9.mkdir(place.fid, "03")
+    fid, _ = p9.walk(place.fid, ["03"])
+    reply = p9.lcreate(fid, "1st_file", os.O_WRONLY, 0o640)
+    host = place.host_path("03", "1st_file")
+    assert stat.S_ISREG(host.stat().st_mode)
+    assert reply.qid["type"] == wire.QTFILE
+    bsize = p9.statfs(fid).bsize
+    assert reply.iounit == (p9.msize - wire.IOHDRSZ) // bsize * bsize
+    assert p9.write(fid, 0, b"first bytes") == 11
+    assert host.read_bytes() == b"first bytes"
+    attr = p9.getattr(fid)
+    assert (attr.mode, attr.size) == (stat.S_IFREG | 0o640, 11)
+    assert (attr.qid["type"], attr.qid["path"]) == (reply.qid["type"], reply.qid["path"])
+    # qid.version follows the file's mtime and size (st_mtime ^ st_size << 8): it must move
+    assert attr.qid["version"] != reply.qid["version"]
+    again, _ = p9.walk(place.fid, ["03"])
+    with expect_rlerror(errno.EEXIST):
+        p9.lcreate(again, "1st_file", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    assert host.read_bytes() == b"first bytes"
+    p9.clunk(again)
+    p9.clunk(fid)

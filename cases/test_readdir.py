@@ -1,0 +1,149 @@
+"""Treaddir: "reads directory entries ... offset is ... the offset field of the last entry of the
+previous Rreaddir"; "count ... the maximum number of bytes returned"; the end of the directory is
+an Rreaddir with count 0 (diod protocol.md). QEMU packs entries "until the next entry would not
+fit" and clamps a count above msize - 11 (hw/9pfs/9p.c v9fs_readdir)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fixtures.place import Place
+from fixtures.pool import Device
+from fixtures.qos import qos
+from harness.p9 import wire
+from harness.p9.session import Session
+from synth_tree import READDIR_DIR, Node, readdir_dir
+
+Entry = dict[str, Any]
+DT_UNKNOWN, DT_DIR, DT_REG = 0, 4, 8
+CLAMP_WARNING = "9p: bad client: T_readdir with count > msize - 11"
+
+#: The longest entry of ReadDirDir: "ReadDirFile99" (13 bytes) plus the fixed 24.
+LARGEST = wire.READDIRHDRSZ + len("ReadDirFile99")
+SPLIT_COUNTS = [
+    512,
+    256,
+    128,
+    LARGEST,  # the smallest count that always fits one entry
+    2 * LARGEST,  # ends exactly on an entry boundary (two ReadDirFileNN entries)
+    2 * LARGEST - 1,  # one byte short of it
+    3 * LARGEST,
+    8192 - wire.RREADDIR_HEADER,  # msize - 11: everything at once
+]
+
+
+def size_of(entry: Entry) -> int:
+    return wire.READDIRHDRSZ + len(entry["name"].encode("utf-8", "surrogateescape"))
+
+
+def open_dir(place: Place, node: Node) -> int:
+    p9 = place.session
+    fid, (qid,) = p9.walk(place.provide(node), [node.name])
+    assert qid["type"] == wire.QTDIR
+    p9.lopen(fid, os.O_DIRECTORY)
+    return fid
+
+
+def check_listing(place: Place, node: Node, replies: list[list[Entry]]) -> list[Entry]:
+    """Every name exactly once, nothing extra, the end marked by an empty reply; on synth the
+    exact order QEMU's synth backend lists in."""
+    assert replies[-1] == [], "the listing did not end with an Rreaddir of count 0"
+    assert all(replies[:-1]), "an empty Rreaddir before the end"
+    entries = [entry for reply in replies for entry in reply]
+    names = [entry["name"] for entry in entries]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    assert not duplicates, f"listed more than once: {duplicates}"
+    assert set(names) == node.names(), f"missing {node.names() - set(names)}, extra {set(names) - node.names()}"
+    if place.backend == "synth":
+        assert names == node.listing()
+    return entries
+
+
+@pytest.mark.needs_synth_tree
+@qos("readdir/basic")
+def test_readdir_basic(place: Place) -> None:
+    """One Treaddir with count msize - 11 returns the whole of ReadDirDir (102 entries with '.' and
+    '..'); the next one, at the last offset, returns count 0. Each entry's qid.path is what a walk
+    to that name finds, and a known d_type agrees with the walked qid type."""
+    p9 = place.session
+    fid = open_dir(place, READDIR_DIR)
+    first = p9.readdir(fid, 0, p9.msize - wire.RREADDIR_HEADER)
+    assert len(first) == len(READDIR_DIR.children) + 2
+    replies = [first, p9.readdir(fid, first[-1]["offset"], p9.msize - wire.RREADDIR_HEADER)]
+    entries = check_listing(place, READDIR_DIR, replies)
+    dir_fid, _ = p9.walk(place.fid, [READDIR_DIR.name])
+    for entry in entries:
+        if entry["name"] in (".", ".."):
+            continue
+        walked, (qid,) = p9.walk(dir_fid, [entry["name"]])
+        p9.clunk(walked)
+        assert entry["qid"]["path"] == qid["path"], entry["name"]
+        if entry["type"] != DT_UNKNOWN:
+            assert (entry["type"] == DT_DIR) == bool(qid["type"] & wire.QTDIR), entry
+    p9.clunk(dir_fid)
+    p9.clunk(fid)
+
+
+@pytest.mark.needs_synth_tree
+@qos("readdir/offsets")
+def test_readdir_offsets_continue(place: Place) -> None:
+    """Each entry's offset, passed back as Treaddir's offset, continues right after that entry."""
+    p9 = place.session
+    fid = open_dir(place, READDIR_DIR)
+    entries = p9.readdir(fid, 0)
+    for here, following in zip(entries, entries[1:], strict=False):
+        (got, *_) = p9.readdir(fid, here["offset"], LARGEST)
+        assert got["name"] == following["name"], f"offset {here['offset']} of {here['name']!r}"
+    assert p9.readdir(fid, entries[-1]["offset"]) == []
+    p9.clunk(fid)
+
+
+@pytest.mark.needs_synth_tree
+@qos("readdir/split_{count}", count=SPLIT_COUNTS)
+def test_readdir_split(place: Place, count: int) -> None:
+    """Read with a small count, each next Treaddir at the last entry's offset: the same listing as
+    in one go; no reply above count; and each reply is full: the entry that starts the next reply
+    would not have fitted."""
+    p9 = place.session
+    fid = open_dir(place, READDIR_DIR)
+    replies = p9.readdir_all(fid, count)
+    check_listing(place, READDIR_DIR, replies)
+    for reply, following in zip(replies, replies[1:], strict=False):
+        used = sum(size_of(entry) for entry in reply)
+        assert used <= count, f"{used} bytes of entries for count {count}"
+        if following:
+            assert used + size_of(following[0]) > count, f"room for {following[0]['name']!r} was left unused"
+    p9.clunk(fid)
+
+
+@pytest.mark.needs_synth_tree
+@pytest.mark.fresh_qemu  # QEMU warns once per process
+@qos("readdir/count_clamp")
+def test_readdir_count_clamp(
+    p9: Session, device: Device, backend: str, local_export: Path, request: pytest.FixtureRequest
+) -> None:
+    """A count above msize - 11 is served as msize - 11 (never a reply bigger than the buffer), and
+    QEMU's stderr says "bad client" once. On local the directory is big enough for it to bite."""
+    p9.version(4096)
+    p9.attach(0)
+    place = Place.open(p9, backend, local_export, request.node.name)
+    node = readdir_dir(300) if backend == "local" else READDIR_DIR
+    fid = open_dir(place, node)
+    limit = p9.msize - wire.RREADDIR_HEADER
+    mark = device.machine.stderr_mark()
+    first = p9.readdir(fid, 0, 0xFFFFFFFF)
+    second = p9.readdir(fid, 0, 0xFFFFFFFF)
+    used = sum(size_of(entry) for entry in first)
+    assert used <= limit
+    assert first == second
+    if backend == "local":
+        following = p9.readdir(fid, first[-1]["offset"], limit)[0]
+        assert used + size_of(following) > limit, "the clamped reply was not filled to msize - 11"
+    assert device.machine.stderr_since(mark).count(CLAMP_WARNING) == 1
+    p9.clunk(fid)
+    place.close(passed=True)
+    p9.clunk(0)

@@ -1,0 +1,33 @@
+"""Tsymlink: "create symbolic link name in directory dfid ... pointing to symtgt"; Treadlink:
+"return the contents of the symbolic link" (diod protocol.md)."""
+
+from __future__ import annotations
+
+import stat
+
+from fixtures.place import Place
+from fixtures.qos import qos
+from harness.p9 import wire
+
+
+@qos("symlink_file", backends=["local"])
+def test_symlink_file(place: Place) -> None:
+    """The link exists on the host (with mapped-xattr: a regular file holding the target), its qid
+    says symlink, Treadlink gives the target back and Tgetattr reports S_IFLNK."""
+    p9 = place.session
+    p9.mkdir(place.fid, "05")
+    dfid, _ = p9.walk(place.fid, ["05"])
+    p9.lcreate(dfid, "real_file")
+    p9.clunk(dfid)
+    dfid, _ = p9.walk(place.fid, ["05"])
+    qid = p9.symlink(dfid, "symlink_file", "real_file")
+    assert qid["type"] == wire.QTSYMLINK
+    host = place.host_path("05", "symlink_file")
+    assert host.exists()
+    assert host.read_bytes() == b"real_file"  # mapped-xattr stores a symlink as a file
+    link, (walked,) = p9.walk(dfid, ["symlink_file"])
+    assert walked == qid
+    assert p9.readlink(link) == "real_file"
+    assert stat.S_ISLNK(p9.getattr(link).mode)
+    p9.clunk(link)
+    p9.clunk(dfid)

@@ -1,0 +1,111 @@
+"""Tunlinkat: "unlink name from directory dirfd ... flags AT_REMOVEDIR" (diod protocol.md).
+An open fid keeps working after its name is gone (QEMU local/use_after_unlink, GitLab #103)."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from fixtures.expect import expect_rlerror
+from fixtures.place import Place
+from fixtures.qos import qos
+from harness.p9 import wire
+from harness.p9.session import Session
+
+
+def make_file(p9: Session, place: Place, directory: str, name: str) -> None:
+    p9.mkdir(place.fid, directory)
+    dfid, _ = p9.walk(place.fid, [directory])
+    p9.lcreate(dfid, name)
+    p9.clunk(dfid)
+
+
+@qos("unlinkat_dir", backends=["local"])
+def test_unlinkat_dir(place: Place) -> None:
+    """AT_REMOVEDIR removes an empty directory; refused cases change nothing: without the flag
+    EISDIR, a non-empty directory ENOTEMPTY; a second removal ENOENT."""
+    p9 = place.session
+    p9.mkdir(place.fid, "02")
+    p9.mkdir(place.fid, "full")
+    full, _ = p9.walk(place.fid, ["full"])
+    p9.mkdir(full, "child")
+    p9.clunk(full)
+    with expect_rlerror(errno.EISDIR):
+        p9.unlinkat(place.fid, "02", 0)
+    with expect_rlerror(errno.ENOTEMPTY):
+        p9.unlinkat(place.fid, "full", wire.AT_REMOVEDIR)
+    assert place.host_path("02").is_dir() and place.host_path("full", "child").is_dir()
+    p9.unlinkat(place.fid, "02", wire.AT_REMOVEDIR)
+    assert not place.host_path("02").exists()
+    with expect_rlerror(errno.ENOENT):
+        p9.walk(place.fid, ["02"])
+    with expect_rlerror(errno.ENOENT):
+        p9.unlinkat(place.fid, "02", wire.AT_REMOVEDIR)
+
+
+@qos("unlinkat_file", backends=["local"])
+def test_unlinkat_file(place: Place) -> None:
+    """The file is gone from the host and from the server's view; its directory stays."""
+    p9 = place.session
+    make_file(p9, place, "04", "doa_file")
+    assert place.host_path("04", "doa_file").is_file()
+    dfid, _ = p9.walk(place.fid, ["04"])
+    p9.unlinkat(dfid, "doa_file")
+    assert not place.host_path("04", "doa_file").exists() and place.host_path("04").is_dir()
+    with expect_rlerror(errno.ENOENT):
+        p9.walk(dfid, ["doa_file"])
+    p9.clunk(dfid)
+
+
+@qos("unlinkat_symlink", backends=["local"])
+def test_unlinkat_symlink(place: Place) -> None:
+    """Removing the link leaves its target alone."""
+    p9 = place.session
+    make_file(p9, place, "06", "real_file")
+    dfid, _ = p9.walk(place.fid, ["06"])
+    p9.symlink(dfid, "symlink_file", "real_file")
+    assert place.host_path("06", "symlink_file").exists()
+    p9.unlinkat(dfid, "symlink_file")
+    assert not place.host_path("06", "symlink_file").exists()
+    assert place.host_path("06", "real_file").is_file()
+    p9.clunk(dfid)
+
+
+@qos("unlinkat_hardlink", backends=["local"])
+def test_unlinkat_hardlink(place: Place) -> None:
+    """Removing one of two names leaves the other with its data and nlink back at 1."""
+    p9 = place.session
+    make_file(p9, place, "08", "real_file")
+    dfid, _ = p9.walk(place.fid, ["08"])
+    real, _ = p9.walk(dfid, ["real_file"])
+    p9.link(dfid, real, "hardlink_file")
+    place.host_path("08", "real_file").write_bytes(b"kept")
+    p9.unlinkat(dfid, "hardlink_file")
+    assert not place.host_path("08", "hardlink_file").exists()
+    assert place.host_path("08", "real_file").read_bytes() == b"kept"
+    assert p9.getattr(real).nlink == 1
+    p9.clunk(real)
+    p9.clunk(dfid)
+
+
+@qos("use_after_unlink", backends=["local"])
+def test_use_after_unlink(place: Place) -> None:
+    """A file opened before Tunlinkat: Tgetattr still works (nlink 0), a write of msize/2 bytes is
+    done in full and reads back byte for byte; a fid that was only walked, not opened, is dead."""
+    p9 = place.session
+    make_file(p9, place, "09", "doa_file")
+    opened, _ = p9.walk_path(place.fid, "09/doa_file")
+    walked, _ = p9.walk_path(place.fid, "09/doa_file")
+    p9.lopen(opened, os.O_RDWR)
+    dfid, _ = p9.walk(place.fid, ["09"])
+    p9.unlinkat(dfid, "doa_file")
+    assert not place.host_path("09", "doa_file").exists()
+    assert p9.getattr(opened, wire.GETATTR_BASIC).nlink == 0
+    data = bytes(range(256)) * (p9.msize // 2 // 256)
+    assert p9.write(opened, 0, data) == len(data)
+    assert p9.read(opened, 0, len(data)) == data
+    assert p9.getattr(opened).size == len(data)
+    with expect_rlerror(errno.ENOENT):
+        p9.getattr(walked)
+    for fid in (opened, walked, dfid):
+        p9.clunk(fid)
