@@ -5,6 +5,7 @@ fit" and clamps a count above msize - 11 (hw/9pfs/9p.c v9fs_readdir)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,7 @@ def test_readdir_offsets_continue(place: Place) -> None:
     p9 = place.session
     fid = open_dir(place, READDIR_DIR)
     entries = p9.readdir(fid, 0)
-    for here, following in zip(entries, entries[1:], strict=False):
+    for here, following in itertools.pairwise(entries):
         (got, *_) = p9.readdir(fid, here["offset"], LARGEST)
         assert got["name"] == following["name"], f"offset {here['offset']} of {here['name']!r}"
     assert p9.readdir(fid, entries[-1]["offset"]) == []
@@ -112,7 +113,7 @@ def test_readdir_split(place: Place, count: int) -> None:
     fid = open_dir(place, READDIR_DIR)
     replies = p9.readdir_all(fid, count)
     check_listing(place, READDIR_DIR, replies)
-    for reply, following in zip(replies, replies[1:], strict=False):
+    for reply, following in itertools.pairwise(replies):
         used = sum(size_of(entry) for entry in reply)
         assert used <= count, f"{used} bytes of entries for count {count}"
         if following:
