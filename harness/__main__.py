@@ -34,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     rtt.add_argument("--transport", choices=("modern", "legacy"), default="modern")
     rtt.add_argument("--seconds", type=float, default=2.0, help="time spent on each measurement")
 
+    suite = bench_sub.add_parser("suite", help="QEMU's 27 cases: our pytest run against QEMU's qos-test")
+    suite.add_argument("--qemu-binary")
+    suite.add_argument("--rounds", type=int, default=5)
+
     args = parser.parse_args(argv)
     try:
         return _dispatch(args)
@@ -60,6 +64,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from harness.bench import bench_rtt
 
         return bench_rtt(args.qemu_binary, args.transport, args.seconds)
+    if args.command == "bench" and args.bench == "suite":
+        from harness.bench import bench_suite
+
+        return bench_suite(args.qemu_binary, args.rounds)
     raise AssertionError(args)
 
 

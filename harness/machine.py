@@ -41,10 +41,12 @@ BENIGN_STDERR = ("GLib: g_timer_elapsed: assertion 'timer != NULL' failed",)
 class SynthFs:
     """QEMU's synthetic backend; under the qtest accelerator it holds the qtest test tree."""
 
-    def fsdev(self, fsdev_id: str) -> list[tuple[str, str]]:
-        return [("id", fsdev_id)]
+    extra: tuple[tuple[str, str], ...] = ()
 
     kind = "synth"
+
+    def fsdev(self, fsdev_id: str) -> list[tuple[str, str]]:
+        return [("id", fsdev_id), *self.extra]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,79 @@
+"""Paths longer than any single host path: QEMU's upstream local/deep_absolute_path. A guest can
+build a tree whose absolute path exceeds 65535 bytes from 255-byte names (NAME_MAX); the server
+must keep serving fids down there (no truncated path, no 16-bit length overflow)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fixtures.place import Place
+from fixtures.qos import qos
+from harness.errors import P9Rlerror
+from harness.p9 import wire
+from synth_tree import NAME_MAX
+
+#: 257 components of 255 bytes plus '/': 65,792 bytes, past 65,535.
+DEPTH = 257
+
+
+def level_name(level: int) -> str:
+    return f"{level:03d}".ljust(NAME_MAX, "d")
+
+
+@pytest.mark.qemu_bug(
+    at_most="7.2.99",
+    reason="V9fsPath.size is uint16_t (fsdev/file-op-9p.h), so a path past 65535 bytes wraps and Twalk "
+    "into the deepest directory gets ENOENT; upstream added local/deep_absolute_path with the fix",
+    raises=P9Rlerror,
+)
+@qos("deep_absolute_path", backends=["local"])
+def test_deep_absolute_path(place: Place) -> None:
+    """Tmkdir and Twalk one level at a time to 257 levels (65,792 bytes), then Tgetattr on the
+    deepest fid: the qid Tmkdir returned, a directory, and the chain exists on the host."""
+    assert path_bytes(DEPTH) > 65535
+    build_and_check(place, DEPTH)
+
+
+@qos("deep_path/below_64k", backends=["local"])
+def test_deep_path_below_64k(place: Place) -> None:
+    """The same just below 64 KiB (250 levels, 64,000 bytes plus the case directory): must work on
+    every version, which pins a failure of the case above to the 16-bit boundary."""
+    assert path_bytes(250) + 256 < 65535
+    build_and_check(place, 250)
+
+
+def path_bytes(depth: int) -> int:
+    return sum(len(level_name(level)) + 1 for level in range(depth))
+
+
+def build_and_check(place: Place, depth: int) -> None:
+    p9 = place.session
+    fid, qid = place.fid, None
+    for level in range(depth):
+        qid = p9.mkdir(fid, level_name(level), 0o700)
+        deeper, (walked,) = p9.walk(fid, [level_name(level)])
+        assert walked == qid
+        if fid != place.fid:
+            p9.clunk(fid)
+        fid = deeper
+    attr = p9.getattr(fid)
+    assert attr.qid == qid and attr.qid["type"] == wire.QTDIR
+    assert attr.mode & 0o170000 == 0o040000
+    p9.clunk(fid)
+    assert host_depth(place, depth) == depth
+
+
+def host_depth(place: Place, depth: int) -> int:
+    """How many levels of the chain exist on the host, followed with openat."""
+    fd = os.open(place.host_path(), os.O_RDONLY | os.O_DIRECTORY)
+    found = 0
+    try:
+        for level in range(depth):
+            nxt = os.open(level_name(level), os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd, found = nxt, found + 1
+    finally:
+        os.close(fd)
+    return found

@@ -1,0 +1,46 @@
+"""QEMU's own C virtio-9p suite (tests/qtest/virtio-9p-test.c, QEMU 7.2): its case names, and how
+to run its qos-test binary beside ours on the same QEMU."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from harness.provision import FIRMWARE_DIRS
+
+#: The 27 cases of QEMU 7.2, by the names both suites use.
+QEMU_72_CASES = (
+    *(f"synth/{name}" for name in (
+        "config", "version/basic", "attach/basic", "walk/basic", "walk/no_slash", "walk/none",
+        "walk/dotdot_from_root", "walk/non_existent", "walk/2nd_non_existent", "lopen/basic", "write/basic",
+        "flush/success", "flush/ignored", "readdir/basic", "readdir/split_512", "readdir/split_256",
+        "readdir/split_128",
+    )),
+    *(f"local/{name}" for name in (
+        "config", "create_dir", "unlinkat_dir", "create_file", "unlinkat_file", "symlink_file",
+        "unlinkat_symlink", "hardlink_file", "unlinkat_hardlink", "use_after_unlink",
+    )),
+)  # fmt: skip
+
+#: Where qos-test registers them on x86_64 pc.
+QOS_PREFIX = "/x86_64/pc/i440FX-pcihost/pci-bus-pc/pci-bus/virtio-9p-pci/virtio-9p/virtio-9p-tests"
+#: qos-test's machine has a default NIC, whose option ROM Debian ships in ipxe-qemu.
+QOS_FIRMWARE_DIRS = (*FIRMWARE_DIRS, Path("/usr/lib/ipxe/qemu"))
+
+
+def keyword_expression(names: tuple[str, ...] = QEMU_72_CASES) -> str:
+    """A ``pytest -k`` expression that selects exactly ``names``."""
+    return " or ".join(names)
+
+
+def firmware_wrapper(binary: Path) -> Path:
+    """A ``qemu-system-x86_64`` script that runs ``binary`` with the firmware directories.
+
+    libqtest runs ``exec $QTEST_QEMU_BINARY ...`` and insists on the ``-system-<arch>`` name.
+    """
+    directory = Path(tempfile.mkdtemp(prefix="v9p-qos-"))
+    wrapper = directory / "qemu-system-x86_64"
+    dirs = " ".join(f"-L {d}" for d in QOS_FIRMWARE_DIRS)
+    wrapper.write_text(f'#!/bin/sh\nexec {binary} {dirs} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper

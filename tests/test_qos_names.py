@@ -1,0 +1,32 @@
+"""Every case of QEMU's C suite exists here under its own name, and `-k NAME` selects only it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from harness.qemu_suite import QEMU_72_CASES
+from tests.subrun import PROJECT
+
+
+def collected_ids() -> list[str]:
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "cases/", "--collect-only", "-q", "--backend", "all"],
+        cwd=PROJECT, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return [line for line in out.splitlines() if "::" in line]
+
+
+def test_each_qemu_name_selects_exactly_one_case() -> None:
+    ids = collected_ids()
+    assert len(QEMU_72_CASES) == 27
+    for name in QEMU_72_CASES:
+        matches = [node for node in ids if name in node]
+        assert len(matches) == 1, f"-k {name} selects {matches}"
+        assert matches[0].endswith(f"[{name}]")
+
+
+def test_every_case_id_is_a_path() -> None:
+    for node in collected_ids():
+        path = node.rsplit("[", 1)[1].rstrip("]")
+        assert path.split("/")[0] in ("synth", "local"), node
