@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 
 qemu: venv
 ifeq ($(QTEST_QEMU_BINARY),)
-	$(BIN)/python -m harness qemu build
+	$(BIN)/python -m harness qemu build --with-qos-test
 else
 	@echo "using QTEST_QEMU_BINARY=$(QTEST_QEMU_BINARY)"
 endif

@@ -1,0 +1,53 @@
+"""The benchmark commands in smoke mode: they run against the real QEMU and print well-formed tables.
+Benchmarks are commands, never timed tests: nothing here asserts a speed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from fixtures.plugin import QemuUnderTest
+from harness import provision
+from tests.subrun import PROJECT
+
+
+def run(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", *args], cwd=PROJECT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def table_rows(output: str) -> list[list[str]]:
+    lines = [line for line in output.splitlines() if line.startswith("|")]
+    assert len(lines) >= 3 and set(lines[1]) <= set("|-: "), output
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+
+
+def test_bench_rtt_prints_rates(qemu_under_test: QemuUnderTest) -> None:
+    rows = table_rows(run("bench", "rtt", "--seconds", "0.05", "--qemu-binary", str(qemu_under_test.binary)))
+    assert [row[0] for row in rows] == [
+        "qtest readw, sequential",
+        "qtest readw, 100 pipelined",
+        "9P Tgetattr on the root, sequential",
+    ]
+    for row in rows:
+        assert int(row[1]) > 0 and float(row[2].replace(",", "")) > 0
+
+
+def test_bench_suite_runs_both_suites(qemu_under_test: QemuUnderTest) -> None:
+    if provision.qos_test_for(qemu_under_test.binary) is None:
+        pytest.skip(f"no qos-test beside {qemu_under_test.binary} (python -m harness qemu build --with-qos-test)")
+    rows = table_rows(run("bench", "suite", "--rounds", "1", "--qemu-binary", str(qemu_under_test.binary)))
+    assert [row[0] for row in rows] == ["qos-test (QEMU's C suite)", "ours, pytest", "ours, pytest -n 2"]
+    assert all(row[1] == "27" for row in rows)
+    assert float(rows[0][4]) == 1.0 and float(rows[1][4]) > 0
+
+
+def test_doctor_sees_the_synth_tree(qemu_under_test: QemuUnderTest) -> None:
+    rows = dict(row[:2] for row in table_rows(run("doctor", "--qemu-binary", str(qemu_under_test.binary))))
+    assert rows["qtest accelerator"] == "yes"
+    assert rows["synth test tree"] == "yes (walked to LOPEN)"
