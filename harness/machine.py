@@ -143,6 +143,10 @@ class Machine:
         self._proc: subprocess.Popen[bytes] | None = None
         self._qtest: QTest | None = None
         self._qmp: QEMUMonitorProtocol | None = None
+        #: True once the harness asked QEMU to stop: an exit after that is not a crash.
+        self.stopped_by_harness = False
+        #: True once QEMU was alive but did not answer qtest in time (wedged or stopped).
+        self.unresponsive = False
 
     # -- life cycle -----------------------------------------------------------------------------
 
@@ -226,7 +230,10 @@ class Machine:
 
         Returns the exit status, or None if QEMU was never started.
         """
+        self.stopped_by_harness = True
         try:
+            if self._proc is not None and self.is_running() and self.unresponsive:
+                self._proc.kill()  # it already failed to answer qtest: asking it to quit would only wait
             if self._proc is not None and self.is_running():
                 self._proc.send_signal(signal.SIGCONT)  # a stopped QEMU could not obey quit
             if self._qmp is not None and self.is_running():
@@ -312,6 +319,7 @@ class Machine:
         except subprocess.TimeoutExpired:
             status = None
         if status is None:
+            self.unresponsive = True
             return QEMUError(
                 f"{err}; QEMU (pid {proc.pid}) is still running but does not answer",
                 argv=self.argv, stderr_tail=self.stderr_tail(),

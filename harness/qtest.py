@@ -34,14 +34,10 @@ class QTest:
 
     def __init__(self, sock: socket.socket, *, timeout: float = 30.0, on_lost: LostHook | None = None) -> None:
         self._sock = sock
-        self.timeout = timeout
         # A blocking socket with a kernel receive timeout: in timeout mode CPython would poll()
         # before every send and recv, doubling the system calls of a round trip.
         sock.settimeout(None)
-        seconds = int(timeout)
-        sock.setsockopt(
-            socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", seconds, int((timeout - seconds) * 1e6))
-        )
+        self.set_timeout(timeout)
         self._buf = bytearray()
         self._chunk = bytearray(1 << 20)
         self._chunk_view = memoryview(self._chunk)
@@ -58,6 +54,14 @@ class QTest:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def set_timeout(self, timeout: float) -> None:
+        """How long to wait for a reply line before :class:`QTestTimeout`."""
+        self.timeout = timeout
+        seconds = int(timeout)
+        self._sock.setsockopt(
+            socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", seconds, int((timeout - seconds) * 1e6))
+        )
 
     def close(self) -> None:
         self._posted.clear()

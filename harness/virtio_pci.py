@@ -238,17 +238,19 @@ def open_virtio_pci(bus: PCIBus, device_type: int, transport: Transport) -> Virt
     raise DeviceNotFound(f"no virtio device of type {device_type} on PCI bus 0")
 
 
-def negotiate(dev: VirtioPCI, wanted: int) -> int:
+def negotiate(dev: VirtioPCI, wanted: int, history: list[int] | None = None) -> int:
     """Reset, ACKNOWLEDGE, DRIVER, features, FEATURES_OK: virtio 1.x 3.1.1 steps 1-5.
 
-    Returns the negotiated features.  The caller sets up queues, then calls :func:`driver_ok`.
+    Returns the negotiated features; every status read back is appended to ``history``. The
+    caller sets up queues, then calls :func:`driver_ok`.
     """
+    steps = history if history is not None else []
     dev.set_status(0)
-    _expect_status(dev, 0, "reset")
+    steps.append(_expect_status(dev, 0, "reset"))
     dev.set_status(STATUS_ACKNOWLEDGE)
-    _expect_status(dev, STATUS_ACKNOWLEDGE, "ACKNOWLEDGE")
+    steps.append(_expect_status(dev, STATUS_ACKNOWLEDGE, "ACKNOWLEDGE"))
     dev.set_status(STATUS_ACKNOWLEDGE | STATUS_DRIVER)
-    _expect_status(dev, STATUS_ACKNOWLEDGE | STATUS_DRIVER, "DRIVER")
+    steps.append(_expect_status(dev, STATUS_ACKNOWLEDGE | STATUS_DRIVER, "DRIVER"))
     offered = dev.device_features()
     if dev.modern and not offered & F_VERSION_1:
         raise NegotiationError(f"modern device does not offer VERSION_1: {offered:#x}")
@@ -261,17 +263,20 @@ def negotiate(dev: VirtioPCI, wanted: int) -> int:
     if dev.modern:
         step = STATUS_ACKNOWLEDGE | STATUS_DRIVER | STATUS_FEATURES_OK
         dev.set_status(step)
-        _expect_status(dev, step, "FEATURES_OK (device refused the feature subset)")
+        steps.append(_expect_status(dev, step, "FEATURES_OK (device refused the feature subset)"))
     return features
 
 
-def driver_ok(dev: VirtioPCI) -> None:
+def driver_ok(dev: VirtioPCI, history: list[int] | None = None) -> None:
     status = dev.get_status() | STATUS_DRIVER_OK
     dev.set_status(status)
-    _expect_status(dev, status, "DRIVER_OK")
+    got = _expect_status(dev, status, "DRIVER_OK")
+    if history is not None:
+        history.append(got)
 
 
-def _expect_status(dev: VirtioPCI, want: int, step: str) -> None:
+def _expect_status(dev: VirtioPCI, want: int, step: str) -> int:
     got = dev.get_status()
     if got != want:
         raise NegotiationError(f"virtio status after {step}: read {got:#04x}, expected {want:#04x}")
+    return got

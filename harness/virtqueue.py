@@ -95,29 +95,29 @@ class SplitVirtqueue:
         """Zero the descriptor table and both rings (posted, goes out with the next query)."""
         self.mem.memwrite(self.layout.desc, bytes(RingLayout.total_bytes(self.size)))
 
-    def add(self, chain: Sequence[Buffer]) -> int:
+    def add(self, chain: Sequence[Buffer], *, indirect_table: int | None = None) -> int:
         """Write ``chain`` as descriptors, publish its head in the avail ring, return the head.
 
-        Raises :class:`RingFull` (writing nothing) if the free list is shorter than the chain.
-        The caller notifies the device.
+        With ``indirect_table`` (a guest address with room for ``16 * len(chain)`` bytes) the chain
+        goes into that table and takes a single ring descriptor flagged INDIRECT (the device must
+        have VIRTIO_RING_F_INDIRECT_DESC). Raises :class:`RingFull` (writing nothing) if the free
+        list is too short. The caller notifies the device.
         """
         if not chain:
             raise DeviceError("an empty descriptor chain cannot be submitted")
-        if len(chain) > len(self._free):
+        needed = 1 if indirect_table is not None else len(chain)
+        if needed > len(self._free):
             raise RingFull(
-                f"queue {self.index}: chain of {len(chain)} descriptors, {len(self._free)} free "
+                f"queue {self.index}: chain of {needed} descriptor(s), {len(self._free)} free "
                 f"of {self.size} ({self.in_flight} chains in flight)"
             )
-        ids = [self._free.popleft() for _ in chain]
-        run_start, run = ids[0], bytearray()
-        for pos, (desc_id, buf) in enumerate(zip(ids, chain, strict=True)):
-            last = pos == len(ids) - 1
-            flags = (0 if last else DESC_F_NEXT) | (DESC_F_WRITE if buf.writable else 0)
-            if desc_id != run_start + len(run) // 16:  # not adjacent: write out the run so far
-                self.mem.memwrite(self.layout.desc + 16 * run_start, bytes(run))
-                run_start, run = desc_id, bytearray()
-            run += _DESC.pack(buf.addr, buf.length, flags, 0 if last else ids[pos + 1])
-        self.mem.memwrite(self.layout.desc + 16 * run_start, bytes(run))
+        ids = [self._free.popleft() for _ in range(needed)]
+        if indirect_table is None:
+            self._write_chain(self.layout.desc, ids, chain)
+        else:
+            self._write_chain(indirect_table, list(range(len(chain))), chain)
+            entry = _DESC.pack(indirect_table, 16 * len(chain), DESC_F_INDIRECT, 0)
+            self.mem.memwrite(self.layout.desc + 16 * ids[0], entry)
         head = ids[0]
         self._chains[head] = ids
         slot = self.layout.avail + 4 + 2 * (self.avail_idx % self.size)
@@ -125,6 +125,27 @@ class SplitVirtqueue:
         self.avail_idx = (self.avail_idx + 1) & 0xFFFF
         self.mem.memwrite(self.layout.avail + 2, _U16.pack(self.avail_idx))
         return head
+
+    def _write_chain(self, table: int, ids: list[int], chain: Sequence[Buffer]) -> None:
+        """Descriptors ``ids`` of ``table`` linked in order; adjacent ones go in one write."""
+        run_start, run = ids[0], bytearray()
+        for pos, (desc_id, buf) in enumerate(zip(ids, chain, strict=True)):
+            last = pos == len(ids) - 1
+            flags = (0 if last else DESC_F_NEXT) | (DESC_F_WRITE if buf.writable else 0)
+            if desc_id != run_start + len(run) // 16:  # not adjacent: write out the run so far
+                self.mem.memwrite(table + 16 * run_start, bytes(run))
+                run_start, run = desc_id, bytearray()
+            run += _DESC.pack(buf.addr, buf.length, flags, 0 if last else ids[pos + 1])
+        self.mem.memwrite(table + 16 * run_start, bytes(run))
+
+    def avail_event_addr(self) -> int:
+        """Where the device publishes avail_event (VIRTIO_RING_F_EVENT_IDX)."""
+        return self.layout.used + 4 + 8 * self.size
+
+    @staticmethod
+    def need_event(event: int, new: int, old: int) -> bool:
+        """vring_need_event(): has the ring crossed ``event`` going from ``old`` to ``new``?"""
+        return (new - event - 1) & 0xFFFF < (new - old) & 0xFFFF
 
     def poll(self, also_read: Sequence[tuple[int, int]] = ()) -> tuple[list[UsedElem], list[bytes]]:
         """Read ``used.idx`` and return the new entries in ring order.

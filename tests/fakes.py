@@ -8,7 +8,7 @@ import struct
 import threading
 from collections.abc import Callable
 
-from harness.virtqueue import DESC_F_NEXT, DESC_F_WRITE, RingLayout
+from harness.virtqueue import DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, RingLayout
 
 
 class FakeQTestPeer:
@@ -89,11 +89,18 @@ class FakeVirtioDevice:
         return taken
 
     def _chain(self, head: int) -> list[tuple[int, int, int]]:
-        chain, index, seen = [], head, set()
+        addr, length, flags, _ = struct.unpack_from("<QIHH", self.mem.data, self.layout.desc + 16 * head)
+        if flags & DESC_F_INDIRECT:
+            assert length % 16 == 0 and length, f"indirect table of {length} bytes"
+            return self._walk(addr, length // 16, 0)
+        return self._walk(self.layout.desc, self.layout.size, head)
+
+    def _walk(self, table: int, size: int, index: int) -> list[tuple[int, int, int]]:
+        chain, seen = [], set()
         while True:
-            assert index < self.layout.size and index not in seen, f"bad descriptor index {index}"
+            assert index < size and index not in seen, f"bad descriptor index {index}"
             seen.add(index)
-            addr, length, flags, nxt = struct.unpack_from("<QIHH", self.mem.data, self.layout.desc + 16 * index)
+            addr, length, flags, nxt = struct.unpack_from("<QIHH", self.mem.data, table + 16 * index)
             chain.append((addr, length, flags))
             if not flags & DESC_F_NEXT:
                 return chain

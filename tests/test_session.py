@@ -10,7 +10,7 @@ import pytest
 from harness.errors import LeakError, P9ProtocolError, P9Rlerror, P9StateError, P9Timeout
 from harness.p9 import wire
 from harness.p9.session import Session, State
-from harness.p9.transport import Completion, Request
+from harness.p9.transport import SIMPLE, ChainLayout, Completion, Request
 from harness.virtqueue import Buffer
 
 Answer = Callable[[wire.Message], bytes | None]
@@ -24,10 +24,10 @@ class FakeTransport:
         self.sent: list[bytes] = []
         self._next = 0
 
-    def submit(self, frame: bytes, reply_capacity: int) -> Request:
+    def submit(self, frame: bytes, reply_capacity: int, layout: ChainLayout = SIMPLE) -> Request:
         self.sent.append(frame)
         self._next += 1
-        return Request(self._next, 0, 0, reply_capacity, (Buffer(0, len(frame)),))
+        return Request(self._next, 0, 0, reply_capacity, (Buffer(0, len(frame)),), ())
 
     def wait(self, request: Request, timeout: float) -> Completion | None:
         reply = self.answer(wire.decode(self.sent[request.head - 1]))

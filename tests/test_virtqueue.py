@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.errors import DeviceError, LeakError, RingFull
-from harness.virtqueue import Buffer, RingLayout, SplitVirtqueue
+from harness.virtqueue import DESC_F_WRITE, Buffer, RingLayout, SplitVirtqueue
 from tests.fakes import FakeMemory, FakeVirtioDevice
 
 BASE = 0x10000
@@ -54,7 +54,7 @@ def test_exhaustion_raises_and_writes_nothing() -> None:
     for _ in range(4):
         queue.add(chain())
     snapshot, writes = bytes(mem.data), mem.writes
-    with pytest.raises(RingFull, match="2 descriptors, 0 free"):
+    with pytest.raises(RingFull, match=r"2 descriptor\(s\), 0 free"):
         queue.add(chain())
     assert bytes(mem.data) == snapshot and mem.writes == writes
     device.take()
@@ -130,3 +130,33 @@ def test_random_submit_complete_orders_keep_the_free_list_exact(ops: list[tuple[
     queue.check_idle()
     # nothing outside the ring and the buffers was touched
     assert bytes(mem.data[:BASE]) + bytes(mem.data[BASE + RingLayout.total_bytes(8) : 0x30000]) == outside
+
+
+def test_indirect_chain_takes_one_ring_descriptor() -> None:
+    _, queue, device = make(8)
+    table = 0x38000
+    chain = [Buffer(0x30000, 7), Buffer(0x30100, 100), *(Buffer(0x31000 + 0x100 * i, 64, True) for i in range(20))]
+    head = queue.add(chain, indirect_table=table)
+    assert queue.num_free == 7
+    device.take()
+    (_, seen) = device.pending[0]
+    assert [(a, n, bool(f & DESC_F_WRITE)) for a, n, f in seen] == [(b.addr, b.length, b.writable) for b in chain]
+    device.complete(reply=b"x" * 5)
+    (elem,), _ = queue.poll()
+    assert elem.head == head and queue.num_free == 8
+
+
+def test_indirect_full_ring_holds_queue_size_chains() -> None:
+    _, queue, _ = make(8)
+    for i in range(8):
+        queue.add([Buffer(0x30000, 7), Buffer(0x30100, 64, True)], indirect_table=0x38000 + 32 * i)
+    with pytest.raises(RingFull):
+        queue.add([Buffer(0x30000, 7)], indirect_table=0x39000)
+
+
+@pytest.mark.parametrize(
+    ("event", "new", "old", "notify"),
+    [(0, 1, 0, True), (5, 1, 0, False), (0, 5, 1, False), (3, 5, 1, True), (0xFFFF, 1, 0xFFFE, True)],
+)
+def test_need_event(event: int, new: int, old: int, notify: bool) -> None:
+    assert SplitVirtqueue.need_event(event, new, old) is notify

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from harness.errors import HarnessError, LeakError, P9ProtocolError, P9Rlerror, P9StateError, P9Timeout
 from harness.p9 import wire
-from harness.p9.transport import Completion, Request
+from harness.p9.transport import SIMPLE, ChainLayout, Completion, Request
 
 log = logging.getLogger(__name__)
 hexlog = logging.getLogger(__name__ + ".hexdump")
@@ -36,7 +36,7 @@ HISTORY = 256
 
 
 class FrameTransport(Protocol):
-    def submit(self, frame: bytes, reply_capacity: int) -> Request: ...
+    def submit(self, frame: bytes, reply_capacity: int, layout: ChainLayout = ...) -> Request: ...
     def wait(self, request: Request, timeout: float) -> Completion | None: ...
 
 
@@ -122,31 +122,45 @@ class Session:
     # -- sending ----------------------------------------------------------------------------------
 
     def send(
-        self, name: str, /, *, tag: int | None = None, reply_capacity: int | None = None, **fields: Any
+        self,
+        name: str,
+        /,
+        *,
+        tag: int | None = None,
+        reply_capacity: int | None = None,
+        layout: ChainLayout = SIMPLE,
+        **fields: Any,
     ) -> Pending:
-        """Encode and submit one T-message; Tversion gets NOTAG, others the lowest free tag."""
+        """Encode and submit one T-message; Tversion gets NOTAG, others the lowest free tag.
+
+        ``layout`` lays the request out in descriptors other than the plain two.
+        """
         if self.state is State.CLOSED:
             raise P9StateError(f"{name} on a closed session")
         if tag is None:
             tag = wire.NOTAG if name == "Tversion" else self._free_tag()
         message = wire.Message(name, tag, fields)
-        return self._submit(message, wire.encode(name, tag, **fields), reply_capacity)
+        return self._submit(message, wire.encode(name, tag, **fields), reply_capacity, layout)
 
-    def send_raw(self, frame: bytes, *, reply_capacity: int | None = None) -> Pending:
+    def send_raw(self, frame: bytes, *, reply_capacity: int | None = None, layout: ChainLayout = SIMPLE) -> Pending:
         """Submit arbitrary bytes as one request (for malformed-input cases)."""
         request = None
         with contextlib.suppress(P9ProtocolError):
             request = wire.decode(frame)
-        return self._submit(request, frame, reply_capacity)
+        return self._submit(request, frame, reply_capacity, layout)
 
     def rpc(self, name: str, /, **fields: Any) -> wire.Message:
         """``send`` then ``result``."""
         return self.send(name, **fields).result()
 
-    def _submit(self, request: wire.Message | None, frame: bytes, capacity: int | None) -> Pending:
+    def _submit(self, request: wire.Message | None, frame: bytes, capacity: int | None, layout: ChainLayout) -> Pending:
         if capacity is None:
             capacity = self.msize if self.msize >= wire.HEADER_SIZE else PREVERSION_REPLY_CAPACITY
-        handle = self.transport.submit(frame, capacity)
+        try:
+            handle = self.transport.submit(frame, capacity, layout)
+        except HarnessError as err:
+            err.add_note(f"while sending {request or f'raw frame {frame[:32].hex()}'}")
+            raise
         pending = Pending(self, request, frame, handle)
         if pending.tag is not None:
             self._tags.setdefault(pending.tag, pending)

@@ -1,9 +1,9 @@
 """9P frames over virtio-9p-pci: device bring-up, one request queue, submit and complete.
 
 A request is a two-descriptor chain (the T-frame, then a writable reply buffer).  Submission
-(payload, descriptors, avail ring, notify) is posted to qtest and goes out together with the
-first poll of ``used.idx``; that poll also reads ahead the reply buffer of the request being
-waited for, so a fast reply costs no extra round trip.
+(payload, descriptors, avail ring, notify) goes to QEMU in one socket write, so a request is on
+the ring when ``submit`` returns; each poll of ``used.idx`` also reads ahead the reply buffer of the
+request being waited for, so a fast reply costs no extra round trip.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from harness.machine import Machine
 from harness.pci import PCIBus
 from harness.virtio_pci import (
     DEVICE_TYPE_9P,
+    F_RING_EVENT_IDX,
+    F_RING_INDIRECT_DESC,
     STATUS_NEEDS_RESET,
     VirtioPCI,
     driver_ok,
@@ -29,6 +31,9 @@ from harness.virtqueue import Buffer, RingLayout, SplitVirtqueue, UsedElem
 log = logging.getLogger(__name__)
 
 F_MOUNT_TAG = 1 << 0
+#: What the harness asks for by default: the mount tag, and indirect tables (used only when a
+#: case lays a request out that way). EVENT_IDX is opt-in (``--event-idx``), as libqos masks it.
+DEFAULT_FEATURES = F_MOUNT_TAG | F_RING_INDIRECT_DESC
 REQUEST_QUEUE = 0
 #: Bytes of the awaited reply buffer read together with each poll of the used ring.
 READ_AHEAD = 512
@@ -36,15 +41,45 @@ READ_AHEAD = 512
 HEALTH_CHECK_INTERVAL = 0.05
 
 
+@dataclass(frozen=True)
+class ChainLayout:
+    """How one request is laid out in descriptors.
+
+    ``out_segments``: sizes the T-frame is cut into (the rest goes in a last descriptor); empty
+    means one descriptor. ``in_segment``: the reply buffer is described in descriptors of this
+    size (None: one descriptor). ``indirect``: the chain goes into an indirect table and takes a
+    single ring slot.
+    """
+
+    out_segments: tuple[int, ...] = ()
+    in_segment: int | None = None
+    indirect: bool = False
+
+    def buffers(self, out_addr: int, out_len: int, in_addr: int, in_len: int) -> list[Buffer]:
+        chain, offset = [], 0
+        for size in self.out_segments:
+            if offset + size < out_len:
+                chain.append(Buffer(out_addr + offset, size))
+                offset += size
+        chain.append(Buffer(out_addr + offset, out_len - offset))
+        step = self.in_segment or in_len
+        chain += [Buffer(in_addr + at, min(step, in_len - at), writable=True) for at in range(0, in_len, step)]
+        return chain
+
+
+SIMPLE = ChainLayout()
+
+
 @dataclass
 class Request:
-    """One submitted chain: where its frame and reply buffer live."""
+    """One submitted chain: where its frame and reply buffer live, and what to free after."""
 
     head: int
     out_addr: int
     in_addr: int
     in_size: int
     chain: tuple[Buffer, ...]
+    blocks: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -59,7 +94,7 @@ class Completion:
 class VirtioTransport:
     """The virtio-9p-pci function of one :class:`Machine`, brought up and ready for frames."""
 
-    def __init__(self, machine: Machine, *, features: int = F_MOUNT_TAG) -> None:
+    def __init__(self, machine: Machine, *, features: int = DEFAULT_FEATURES) -> None:
         self.machine = machine
         self.wanted_features = features
         self._ram_size: int | None = None
@@ -70,12 +105,15 @@ class VirtioTransport:
         self._in_flight: dict[int, Request] = {}
         self._done: dict[int, Completion] = {}
         self._completed = 0
+        self.abandoned = False
         self.start()
 
     # -- bring-up ---------------------------------------------------------------------------------
 
     def start(self) -> None:
         """(Re)initialise the device from reset; any previous queue and buffers are forgotten."""
+        if self.abandoned:
+            raise DeviceError("this transport was abandoned with requests in flight: start a new QEMU")
         qt = self.machine.qtest
         if self._ram_size is None:
             self._ram_size = read_ram_size(qt)
@@ -83,8 +121,11 @@ class VirtioTransport:
         self._in_flight.clear()
         self._done.clear()
         self._completed = 0
+        self.notifications = self.suppressed_notifications = 0
         self.dev = open_virtio_pci(PCIBus(qt), DEVICE_TYPE_9P, self.machine.config.transport)
-        self.features = negotiate(self.dev, self.wanted_features)
+        #: Device status read back at each step of this bring-up: 0, 1, 3, (0xb), 0xf / 0x7.
+        self.status_history: list[int] = []
+        self.features = negotiate(self.dev, self.wanted_features, self.status_history)
         size = self.dev.queue_size(REQUEST_QUEUE)
         if size == 0:
             raise DeviceError("virtio-9p request queue 0 has size 0")
@@ -93,10 +134,15 @@ class VirtioTransport:
         self.queue = SplitVirtqueue(qt, RingLayout.at(ring, size), REQUEST_QUEUE)
         self.queue.clear_rings()
         self.dev.setup_queue(REQUEST_QUEUE, self.queue.layout)
-        driver_ok(self.dev)
+        driver_ok(self.dev, self.status_history)
 
-    def reset(self) -> None:
-        """Per-test queue reset: device reset, queue set up again, all state dropped."""
+    def reset(self, features: int | None = None) -> None:
+        """Per-test queue reset: device reset, queue set up again, all state dropped.
+
+        ``features`` (if given) replaces the features the driver asks for from now on.
+        """
+        if features is not None:
+            self.wanted_features = features
         self.start()
 
     def mount_tag(self) -> str:
@@ -106,23 +152,42 @@ class VirtioTransport:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def submit(self, frame: bytes, reply_capacity: int) -> Request:
-        """Place ``frame`` and an empty reply buffer in guest memory and notify the device."""
+    def submit(self, frame: bytes, reply_capacity: int, layout: ChainLayout = SIMPLE) -> Request:
+        """Place ``frame`` and an empty reply buffer in guest memory and notify the device
+        (with VIRTIO_RING_F_EVENT_IDX only when avail_event asks for it)."""
+        if self.abandoned:
+            raise DeviceError("this transport was abandoned with requests in flight")
         qt = self.machine.qtest
         out_addr = self.alloc.alloc(len(frame))
         in_addr = self.alloc.alloc(reply_capacity)
-        chain = (Buffer(out_addr, len(frame)), Buffer(in_addr, reply_capacity, writable=True))
+        chain = tuple(layout.buffers(out_addr, len(frame), in_addr, reply_capacity))
+        blocks = [out_addr, in_addr]
         try:
-            head = self.queue.add(chain)
+            table = None
+            if layout.indirect:
+                table = self.alloc.alloc(16 * len(chain))
+                blocks.append(table)
+            old = self.queue.avail_idx
+            head = self.queue.add(chain, indirect_table=table)
         except DeviceError:
-            self.alloc.free(out_addr)
-            self.alloc.free(in_addr)
+            for block in blocks:
+                self.alloc.free(block)
             raise
         qt.memwrite(out_addr, frame)
-        self.dev.notify(REQUEST_QUEUE)
-        request = Request(head, out_addr, in_addr, reply_capacity, chain)
+        self._notify(old)
+        request = Request(head, out_addr, in_addr, reply_capacity, chain, tuple(blocks))
         self._in_flight[head] = request
         return request
+
+    def _notify(self, old_avail: int) -> None:
+        if self.features & F_RING_EVENT_IDX:
+            event = int.from_bytes(self.machine.qtest.memread(self.queue.avail_event_addr(), 2), "little")
+            if not self.queue.need_event(event, self.queue.avail_idx, old_avail):
+                self.suppressed_notifications += 1
+                return  # the memread above already sent the posted writes
+        self.dev.notify(REQUEST_QUEUE)
+        self.notifications += 1
+        self.machine.qtest.flush()  # the request is on the ring when submit() returns
 
     def wait(self, request: Request, timeout: float) -> Completion | None:
         """Poll until ``request`` completes (others are kept); None after ``timeout`` seconds."""
@@ -170,8 +235,8 @@ class VirtioTransport:
             self._finish(request, elem, reply)
 
     def _finish(self, request: Request, elem: UsedElem, reply: bytes) -> None:
-        self.alloc.free(request.out_addr)
-        self.alloc.free(request.in_addr)
+        for block in request.blocks:
+            self.alloc.free(block)
         self._done[request.head] = Completion(request, elem.length, reply, self._completed)
         self._completed += 1
 
@@ -184,8 +249,23 @@ class VirtioTransport:
     def in_flight(self) -> int:
         return len(self._in_flight)
 
+    def collect(self) -> int:
+        """Collect completions nobody waited for; returns how many requests are still in flight."""
+        self._poll(None)
+        self._done.clear()
+        return len(self._in_flight)
+
+    def abandon(self) -> None:
+        """Give up on requests the device still holds (blocked ones): this device is to be thrown
+        away with its QEMU, never reset; submitting or resetting again is an error."""
+        self.abandoned = True
+        self._in_flight.clear()
+        self._done.clear()
+
     def check_idle(self) -> None:
         """Raise :class:`LeakError` if a request, descriptor or guest buffer is still out."""
+        if self.abandoned:
+            return
         if self._in_flight or self._done:
             raise LeakError(
                 f"{len(self._in_flight)} request(s) still in flight and {len(self._done)} completion(s) never collected"

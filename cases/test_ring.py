@@ -1,0 +1,192 @@
+"""The request virtqueue at its limits. QEMU's virtio-9p has a 128-entry queue and 128 request slots
+(PDUs); handle_9p_output pops while a PDU is free. A driver must be able to fill the ring on
+purpose, be refused cleanly when it is full, and get every request back (virtio 1.x 2.7)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from typing import Any
+
+import pytest
+
+from fixtures.expect import expect_rlerror
+from fixtures.pool import Device, MachinePool
+from fixtures.qos import qos
+from harness.errors import QEMUError, RingFull
+from harness.machine import MachineConfig
+from harness.p9 import wire
+from harness.p9.session import Pending, Session
+from harness.p9.transport import SIMPLE, ChainLayout
+
+TRANSPORTS = ["modern", "legacy"]
+INDIRECT = ChainLayout(indirect=True)
+QUEUE_SIZE = 128
+#: (layout, requests in flight) that leave room for Tflush: two-descriptor chains hold 64
+#: requests in 128 descriptors, indirect ones 128.
+PARTIAL = [
+    "direct_1",
+    "direct_2",
+    "direct_63",
+    "indirect_1",
+    "indirect_2",
+    "indirect_63",
+    "indirect_64",
+    "indirect_127",
+]
+
+
+def queue_status(device: Device) -> dict[str, Any]:
+    machine = device.machine
+    path = machine.qmp("x-query-virtio")[0]["path"]  # type: ignore[index]
+    return machine.qmp("x-query-virtio-queue-status", path=path, queue=0)  # type: ignore[return-value]
+
+
+def wait_in_use(device: Device, count: int, timeout: float = 5.0) -> dict[str, Any]:
+    """QEMU pops requests asynchronously: wait until it holds ``count`` of them."""
+    deadline = time.monotonic() + timeout
+    while (status := queue_status(device))["inuse"] != count and time.monotonic() < deadline:
+        time.sleep(0.002)
+    return status
+
+
+def block(p9: Session, count: int, layout: ChainLayout) -> tuple[int, list[Pending]]:
+    """``count`` writes of byte 1 to the synth FLUSH file: each blocks until it is flushed."""
+    fid, _ = p9.walk(0, ["FLUSH"])
+    p9.lopen(fid, os.O_WRONLY)
+    return fid, [p9.send("Twrite", fid=fid, offset=0, data=b"\x01", layout=layout) for _ in range(count)]
+
+
+def flush_one_by_one(p9: Session, blocked: list[Pending], layout: ChainLayout) -> None:
+    """Tflush each blocked request: its buffer returns empty, then its Rflush arrives."""
+    for pending in blocked:
+        flush = p9.send("Tflush", oldtag=pending.tag, layout=layout)
+        flushed, answer = pending.wait(), flush.wait()
+        assert (flushed.used_len, flushed.message) == (0, None), f"tag {pending.tag}"
+        assert answer.message is not None and answer.message.name == "Rflush"
+        assert flushed.order < answer.order
+
+
+@pytest.mark.needs_synth_tree
+@qos("ring/exhaust/{transport}/{fill}", backends=["synth"], transport=TRANSPORTS, fill=PARTIAL)
+def test_ring_partly_filled(attached: Session, device: Device, transport: str, fill: str) -> None:
+    """n blocked requests: QEMU holds all n (x-query-virtio-queue-status "inuse", and its
+    last-avail-idx is our avail.idx), and each is freed by its own Tflush."""
+    p9 = attached
+    mode, count = fill.split("_")
+    layout = INDIRECT if mode == "indirect" else SIMPLE
+    fid, blocked = block(p9, int(count), layout)
+    status = wait_in_use(device, int(count))
+    assert status["inuse"] == int(count)
+    assert status["last-avail-idx"] == device.transport.queue.avail_idx
+    flush_one_by_one(p9, blocked, layout)
+    assert wait_in_use(device, 0)["inuse"] == 0
+    p9.clunk(fid)
+
+
+@pytest.mark.needs_synth_tree
+@pytest.mark.fresh_qemu  # its blocked requests can only end with the process
+@qos("ring/exhaust/{transport}/{mode}_full", backends=["synth"], transport=TRANSPORTS, mode=["direct", "indirect"])
+def test_ring_full_is_refused_by_the_driver(attached: Session, device: Device, transport: str, mode: str) -> None:
+    """64 two-descriptor chains or 128 indirect ones fill the ring. QEMU takes every one of them
+    (its PDU free-list off-by-one once dropped the 128th), and the next submission, even a Tflush,
+    is refused by our driver with RingFull, writing nothing to the ring."""
+    p9 = attached
+    layout = INDIRECT if mode == "indirect" else SIMPLE
+    capacity = QUEUE_SIZE if mode == "indirect" else QUEUE_SIZE // 2
+    _, blocked = block(p9, capacity, layout)
+    assert wait_in_use(device, capacity)["inuse"] == capacity
+    avail = device.transport.queue.avail_idx
+    with pytest.raises(RingFull):
+        p9.send("Tflush", oldtag=blocked[0].tag, layout=INDIRECT)
+    assert device.transport.queue.avail_idx == avail
+    assert queue_status(device)["last-avail-idx"] == avail
+    assert device.transport.queue.num_free == 0
+    p9.close(check=False)  # the blocked requests end with this QEMU
+    device.transport.abandon()
+
+
+@pytest.mark.needs_synth_tree
+@pytest.mark.fresh_qemu
+@pytest.mark.qemu_bug(
+    at_most="7.2.99",
+    reason="a virtio reset while 9P requests are blocked in the server never returns: v9fs_reset() "
+    "waits for the in-flight PDUs, which the synth FLUSH write only ends when cancelled, so QEMU's "
+    "main loop wedges (a guest can hang QEMU this way)",
+    raises=QEMUError,
+)
+@qos("ring/exhaust/{transport}/reset", backends=["synth"], transport=TRANSPORTS)
+def test_ring_full_then_reset(attached: Session, device: Device, transport: str) -> None:
+    """All 128 slots blocked and no Tflush fits: a device reset must bring back a clean device."""
+    p9 = attached
+    block(p9, QUEUE_SIZE, INDIRECT)
+    assert wait_in_use(device, QUEUE_SIZE)["inuse"] == QUEUE_SIZE
+    p9.close(check=False)
+    device.machine.qtest.set_timeout(2.0)
+    device.transport.reset()
+    assert queue_status(device)["inuse"] == 0
+    assert Session(device.transport).version().msize == 8192
+
+
+@qos("ring/recycle", backends=["synth"])
+def test_ring_recycle(attached: Session, device: Device) -> None:
+    """Ten times the queue size of sequential requests in one session: descriptors come back from
+    the used ring every time (libqos runs out after 64)."""
+    p9 = attached
+    root = p9.getattr(0).qid
+    for _ in range(10 * QUEUE_SIZE):
+        assert p9.getattr(0, wire.GETATTR_BASIC).qid == root
+    queue = device.transport.queue
+    assert queue.num_free == QUEUE_SIZE and queue.in_flight == 0
+    assert queue.avail_idx == queue.last_used >= 10 * QUEUE_SIZE
+
+
+@pytest.mark.needs_synth_tree
+@qos("ring/out_of_order/{transport}", backends=["synth"], transport=TRANSPORTS)
+def test_ring_out_of_order(attached: Session, transport: str) -> None:
+    """A blocked write, then fast requests: the fast replies come first and each is matched to its
+    request by descriptor head and tag; the write comes back last, flushed."""
+    p9 = attached
+    fid, (write,) = block(p9, 1, SIMPLE)
+    fast = [p9.send("Tgetattr", fid=0, request_mask=wire.GETATTR_BASIC) for _ in range(8)]
+    everything = [write, *fast]
+    assert len({p.head for p in everything}) == len({p.tag for p in everything}) == 9
+    replies = [p.wait() for p in fast]
+    for pending, reply in zip(fast, replies, strict=True):
+        assert reply.message is not None and reply.message.name == "Rgetattr"
+        assert reply.message.tag == pending.tag
+    flush = p9.send("Tflush", oldtag=write.tag)
+    flushed, answer = write.wait(), flush.wait()
+    assert flushed.used_len == 0
+    assert max(r.order for r in replies) < flushed.order < answer.order
+    p9.clunk(fid)
+
+
+@pytest.mark.needs_synth_tree
+@qos("ring/reset/{transport}", backends=["synth"], transport=TRANSPORTS)
+def test_per_test_reset(machine_pool: MachinePool, machine_config: MachineConfig, transport: str) -> None:
+    """The per-test queue reset, proven: a session leaves fids open and the ring full of completions
+    the driver never collected; the pool's reset for the next case keeps the same QEMU, walks the
+    device status 0, 1, 3, (0xb,) DRIVER_OK again, forgets the fids, and serves requests."""
+    device = machine_pool.get(machine_config)
+    pid = device.machine.pid
+    old = Session(device.transport)
+    old.version()
+    old.attach(0)
+    walked, _ = old.walk(0, ["WALK0"])
+    for _ in range(QUEUE_SIZE // 2):  # 64 two-descriptor chains: every descriptor in use
+        old.send("Tgetattr", fid=walked, request_mask=wire.GETATTR_BASIC)
+    assert device.transport.queue.num_free == 0
+    old.close(check=False)
+    again = machine_pool.get(machine_config)
+    assert again is device and again.machine.pid == pid
+    modern = transport == "modern"
+    assert again.transport.status_history == [0, 1, 3, *([0xB] if modern else []), 0xF if modern else 0x7]
+    assert again.transport.queue.num_free == QUEUE_SIZE
+    fresh = Session(again.transport)
+    fresh.version()
+    fresh.attach(0)
+    with expect_rlerror(errno.ENOENT):
+        fresh.getattr(walked)
+    fresh.clunk(0)
