@@ -226,3 +226,24 @@ class PCIDevice:
             caps.append(Capability(self.read8(offset), offset))
             offset = self.read8(offset + 1) & 0xFC
         return caps
+
+
+PIIX3_IDS = (0x8086, 0x7000)
+PIIX3_PIRQ_ROUTE = 0x60  # PIRQA..D route registers at 0x60-0x63; 0x80 = disabled
+
+
+def route_intx(bus: PCIBus, device: PCIDevice, irq: int) -> int:
+    """Route ``device``'s INTx line to ISA ``irq`` through the PIIX3 PIRQ registers, as firmware
+    would (qtest runs no BIOS, so they stay disabled). Returns the PIRQ index used.
+
+    QEMU's piix3 maps slot S, pin P (INTA = 1) to PIRQ ((P - 1) + (S - 1)) & 3.
+    """
+    piix3 = next((f for f in bus.functions() if (f.vendor_id, f.device_id) == PIIX3_IDS), None)
+    if piix3 is None:
+        raise DeviceNotFound("no PIIX3 ISA bridge (8086:7000) to route INTx through")
+    pin = device.read8(0x3D)
+    if pin == 0:
+        raise DeviceError(f"{device!r} has no INTx pin")
+    pirq = ((pin - 1) + ((device.devfn >> 3) - 1)) & 3
+    bus.write8(piix3.devfn, PIIX3_PIRQ_ROUTE + pirq, irq)
+    return pirq

@@ -1,0 +1,94 @@
+"""Descriptor chains: "The driver MUST place any device-writable descriptor elements after any
+device-readable descriptor elements" (virtio 1.x 2.7.4.2) and may split a buffer over any number
+of descriptors, or put them in an indirect table (2.7.5.3). QEMU maps at most VIRTQUEUE_MAX_SIZE
+(1024) scatter-gather entries per request and calls virtio_error() past that, which sets
+DEVICE_NEEDS_RESET (0x40) on the modern interface; the legacy one has no such bit and goes silent."""
+
+from __future__ import annotations
+
+import os
+
+from fixtures.expect import expect_device_error
+from fixtures.place import Place
+from fixtures.pool import Device
+from fixtures.qos import qos
+from harness.p9 import wire
+from harness.p9.session import Pending, Session
+from harness.p9.transport import ChainLayout
+
+TRANSPORTS = ["modern", "legacy"]
+#: Twrite's fixed part: size, type, tag, fid, offset, count.
+TWRITE_HEADER = 23
+LAYOUTS = {
+    # the 7-byte 9P header one byte per descriptor, the Twrite fields apart, the data in pages
+    "bytewise_header": ChainLayout(out_segments=(1,) * 7 + (16,) + (4096,), in_segment=4096),
+    "pages": ChainLayout(out_segments=(TWRITE_HEADER, 4096), in_segment=4096),
+    "small_in": ChainLayout(out_segments=(TWRITE_HEADER,), in_segment=100),
+    "indirect_pages": ChainLayout(out_segments=(TWRITE_HEADER, 4096), in_segment=4096, indirect=True),
+}
+DATA = (bytes(range(251)) * 33)[:8000]  # fits msize 8192 with the Twrite header; not a multiple of 4096
+
+
+def open_file(place: Place) -> int:
+    p9 = place.session
+    fid, _ = p9.walk(place.fid, [])
+    p9.lcreate(fid, "data", os.O_RDWR, 0o600)
+    return fid
+
+
+@qos("chains/{transport}/{layout}", backends=["local"], transport=TRANSPORTS, layout=list(LAYOUTS))
+def test_chain_layouts(place: Place, transport: str, layout: str) -> None:
+    """A Twrite split over many out-descriptors lands on the host byte for byte, and a Tread whose
+    reply is scattered over many in-descriptors reads it back byte for byte."""
+    p9 = place.session
+    chain = LAYOUTS[layout]
+    fid = open_file(place)
+    assert p9.send("Twrite", fid=fid, offset=0, data=DATA, layout=chain).result().count == len(DATA)
+    assert place.host_path("data").read_bytes() == DATA
+    reply = p9.send("Tread", fid=fid, offset=0, count=len(DATA), layout=chain).wait()
+    assert reply.message is not None and bytes(reply.message.data) == DATA
+    assert reply.used_len == wire.RREADDIR_HEADER + len(DATA)
+    p9.clunk(fid)
+
+
+def send_scattered(p9: Session, descriptors: int) -> Pending:
+    """Tgetattr in an indirect table of ``descriptors``: one out, the rest 8-byte in-buffers."""
+    layout = ChainLayout(in_segment=8, indirect=True)
+    reply_capacity = 8 * (descriptors - 1)
+    return p9.send("Tgetattr", fid=0, request_mask=wire.GETATTR_ALL, layout=layout, reply_capacity=reply_capacity)
+
+
+@qos("chains/{transport}/indirect_1024", backends=["synth"], transport=TRANSPORTS)
+def test_indirect_table_at_the_limit(attached: Session, transport: str) -> None:
+    """1024 descriptors (1 out, 1023 in of 8 bytes) is VIRTQUEUE_MAX_SIZE exactly: served, the
+    160-byte Rgetattr scattered over 20 of them."""
+    p9 = attached
+    pending = send_scattered(p9, 1024)
+    assert len(pending.handle.chain) == 1024
+    assert pending.result().qid == p9.getattr(0).qid
+
+
+@qos("chains/{transport}/indirect_1025", backends=["synth"], transport=TRANSPORTS)
+def test_indirect_table_past_the_limit(attached: Session, device: Device, transport: str) -> None:
+    """1025 descriptors: QEMU refuses the chain with virtio_error()."""
+    p9 = attached
+    expect_device_error(
+        p9,
+        device,
+        lambda: send_scattered(p9, 1025),
+        "virtio: too many write descriptors in indirect table",
+        transport == "modern",
+    )
+
+
+@qos("chains/{transport}/zero_sized", backends=["synth"], transport=TRANSPORTS)
+def test_zero_sized_descriptor(attached: Session, device: Device, transport: str) -> None:
+    """A zero-length descriptor in the chain: "virtio: zero sized buffers are not allowed"."""
+    p9 = attached
+    expect_device_error(
+        p9,
+        device,
+        lambda: p9.send("Tgetattr", fid=0, request_mask=wire.GETATTR_ALL, layout=ChainLayout(out_segments=(7, 0))),
+        "virtio: zero sized buffers are not allowed",
+        transport == "modern",
+    )

@@ -1,0 +1,119 @@
+"""Large msize. Over virtio, a request travels in at most VIRTQUEUE_MAX_SIZE (1024) descriptors;
+with 4 KiB pages, as the Linux client lays buffers out, that limits msize to (1024 - 2) * 4096 =
+4,186,112 bytes. Upstream QEMU (2026, "cap negotiated msize to transport limit") answers a larger
+Tversion with that limit; older servers echo any msize and then fail the request."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fixtures.expect import expect_device_error
+from fixtures.place import Place
+from fixtures.pool import Device
+from fixtures.qos import qos
+from harness.errors import DeviceNeedsReset
+from harness.p9 import wire
+from harness.p9.session import Session
+from harness.p9.transport import ChainLayout
+
+VIRTIO_LIMIT = (1024 - 2) * 4096
+SIZES = [512 * 1024, 1 << 20, 2 << 20, VIRTIO_LIMIT]
+PAGES = ChainLayout(out_segments=(wire.IOHDRSZ - 1,) + (4096,) * 1100, in_segment=4096, indirect=True)
+
+
+def payload(size: int) -> bytes:
+    return (bytes(range(256)) * (size // 256 + 1))[:size]
+
+
+def full_circle(p9: Session, place: Place, layout: ChainLayout | None) -> None:
+    """Twrite and Tread of msize - 24 bytes: checked on the host and byte for byte."""
+    data = payload(p9.msize - wire.IOHDRSZ)
+    fid, _ = p9.walk(place.fid, [])
+    p9.lcreate(fid, "big", os.O_RDWR, 0o600)
+    if layout is None:
+        assert p9.write(fid, 0, data) == len(data)
+        assert place.host_path("big").read_bytes() == data
+        assert p9.read(fid, 0, len(data)) == data
+    else:  # like Linux: the Twrite's small reply gets one page, the Rread's data goes in pages
+        assert p9.send(
+            "Twrite", fid=fid, offset=0, data=data, layout=layout, reply_capacity=4096
+        ).result().count == len(data)
+        assert place.host_path("big").read_bytes() == data
+        assert bytes(p9.send("Tread", fid=fid, offset=0, count=len(data), layout=layout).result().data) == data
+    p9.clunk(fid)
+
+
+def reversion(p9: Session, msize: int) -> None:
+    p9.clunk(0)
+    reply = p9.version(msize)
+    assert reply.msize == msize, f"Rversion msize {reply.msize} for {msize}"
+    p9.attach(0)
+
+
+@qos("msize/large/{msize}", backends=["local"], msize=SIZES)
+def test_large_msize(place: Place, msize: int) -> None:
+    """Up to the virtio limit the msize asked for is granted, and a full-msize payload goes out and
+    comes back byte for byte, in single descriptors."""
+    p9 = place.session
+    place.fid = reversion_place(place, msize)
+    full_circle(p9, place, None)
+
+
+@qos("msize/pages/{msize}", backends=["local"], msize=[1 << 20, VIRTIO_LIMIT])
+def test_large_msize_in_pages(place: Place, msize: int) -> None:
+    """The same with every buffer in 4 KiB pages in an indirect table (Linux's layout): at the
+    limit a request takes exactly 1024 descriptors."""
+    p9 = place.session
+    place.fid = reversion_place(place, msize)
+    full_circle(p9, place, PAGES)
+
+
+@pytest.mark.qemu_bug(
+    at_most="7.2.99",
+    reason="Rversion echoes any msize; a full-msize request in 4 KiB pages then needs more than 1024 "
+    'descriptors ("virtio: too many write descriptors in indirect table"); upstream caps msize at '
+    "the transport limit since 2026",
+    raises=(AssertionError, DeviceNeedsReset),
+)
+@qos("msize/above_limit", backends=["local"], transport=["modern"])
+def test_msize_above_the_virtio_limit(place: Place, transport: str) -> None:
+    """Asked for 8 MiB, the server grants at most 4,186,112, and a full-msize payload in pages then
+    works."""
+    p9 = place.session
+    p9.clunk(place.fid)
+    p9.clunk(0)
+    granted = p9.version(8 << 20).msize
+    p9.attach(0)
+    place.fid, _ = p9.walk(0, [place.host_path().name])
+    assert granted <= VIRTIO_LIMIT, f"granted msize {granted} above the virtio limit {VIRTIO_LIMIT}"
+    full_circle(p9, place, PAGES)
+
+
+def reversion_place(place: Place, msize: int) -> int:
+    """A new Tversion drops every fid: attach again and walk back to the case's directory."""
+    p9 = place.session
+    p9.clunk(place.fid)
+    reversion(p9, msize)
+    fid, _ = p9.walk(0, [place.host_path().name])
+    return fid
+
+
+@qos("msize/reply_too_big/{transport}/{message}", backends=["synth"], transport=["modern", "legacy"],
+     message=["Tgetattr", "Tversion"])  # fmt: skip
+def test_reply_larger_than_the_buffer(attached: Session, device: Device, transport: str, message: str) -> None:
+    """A reply that does not fit the in-buffer the driver gave is a device error, not a truncated
+    or overflowing reply: QEMU says which reply needed how much."""
+    p9 = attached
+    if message == "Tgetattr":
+        send, line = (
+            (lambda: p9.send("Tgetattr", fid=0, request_mask=wire.GETATTR_ALL, reply_capacity=64)),
+            ("Failed to encode VirtFS reply type 25"),
+        )
+    else:
+        send, line = (
+            (lambda: p9.send("Tversion", msize=8192, version="9P2000.L", reply_capacity=8)),
+            ("Failed to encode VirtFS reply type 101"),
+        )
+    expect_device_error(p9, device, send, line, transport == "modern")

@@ -1,0 +1,54 @@
+"""Tread: "count[4] ... the number of bytes to read"; "msize ... the maximum length, in bytes,
+that the client will ever ... expect to receive in a single 9P message" (read(5), version(5)).
+A server must never answer with more than msize bytes, whatever count says."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fixtures.place import Place
+from fixtures.qos import qos
+from harness.errors import DeviceNeedsReset
+from harness.p9 import wire
+
+DATA = bytes(range(256)) * 64  # 16 KiB: more than an 8 KiB msize can carry
+
+
+def file_with_data(place: Place) -> int:
+    place.host_path("data").write_bytes(DATA)
+    fid, _ = place.session.walk(place.fid, ["data"])
+    place.session.lopen(fid, os.O_RDONLY)
+    return fid
+
+
+@qos("read/basic", backends=["local"])
+def test_read_basic(place: Place) -> None:
+    """Reads at offsets return exactly the host bytes; past EOF returns count 0."""
+    p9 = place.session
+    fid = file_with_data(place)
+    assert p9.read(fid, 0, 4096) == DATA[:4096]
+    assert p9.read(fid, 12345, 100) == DATA[12345:12445]
+    assert p9.read(fid, len(DATA) - 10, 100) == DATA[-10:]
+    assert p9.read(fid, len(DATA), 100) == b""
+    assert p9.read(fid, 10 * len(DATA), 100) == b""
+    p9.clunk(fid)
+
+
+@pytest.mark.qemu_bug(
+    at_most="7.2.99",
+    reason="v9fs_read() never clamps count to msize - P9_IOHDRSZ for files: a Tread for 16 KiB at "
+    "msize 8192 is answered with a 16 KiB Rread, which does not fit the msize-sized buffer "
+    '("VirtFS reply type 117 needs 16395 bytes, buffer has 8192") and breaks the device',
+    raises=DeviceNeedsReset,
+)
+@qos("read/count_above_msize", backends=["local"], transport=["modern"])
+def test_read_count_above_msize(place: Place, transport: str) -> None:
+    """A count above msize - 24 gets at most msize - 24 bytes, the first ones of the file."""
+    p9 = place.session
+    fid = file_with_data(place)
+    data = p9.read(fid, 0, len(DATA))
+    assert 0 < len(data) <= p9.msize - wire.IOHDRSZ
+    assert data == DATA[: len(data)]
+    p9.clunk(fid)
