@@ -11,7 +11,8 @@ from fixtures.pool import Device
 from fixtures.qos import qos
 from harness.p9 import wire
 from harness.p9.session import Session
-from harness.pci import PCIBus, route_intx
+from harness.pci import Msix, PCIBus, route_intx
+from harness.virtio_pci import NO_VECTOR
 
 IRQ = 11
 
@@ -40,3 +41,30 @@ def test_intx(attached: Session, device: Device, transport: str) -> None:
         attached.getattr(0, wire.GETATTR_BASIC)
         assert dev.read_isr() & 1 == 1
     assert qt.irq_log[log:] == [("raise", IRQ), ("lower", IRQ)] * 4
+
+
+@pytest.mark.fresh_qemu  # MSI-X stays enabled in PCI config space across a virtio reset
+@qos("irq/msix/{transport}", backends=["synth"], transport=["modern", "legacy"])
+def test_msix(attached: Session, device: Device, transport: str) -> None:
+    """With MSI-X enabled and queue 0 on vector 0, each completion is a message: the vector's data
+    written to its address (here a guest page we watch). With the vector removed (NO_VECTOR), a
+    completion sends nothing."""
+    qt = device.machine.qtest
+    dev = device.transport.dev
+    dev.read_isr()
+    msix = Msix.find(dev.pci)
+    assert msix.size >= 2
+    target = device.transport.alloc.alloc(4096)
+    qt.memset(target, 4096, 0)
+    msix.program(0, target, 0xC0DE0000)
+    msix.enable()
+    assert dev.set_queue_vector(0, 0) == 0
+    for n in range(1, 4):
+        qt.memwrite(target, bytes(4))
+        attached.getattr(0, wire.GETATTR_BASIC)
+        assert int.from_bytes(qt.memread(target, 4), "little") == 0xC0DE0000, f"message {n} not written"
+    assert dev.set_queue_vector(0, NO_VECTOR) == NO_VECTOR
+    qt.memwrite(target, bytes(4))
+    attached.getattr(0, wire.GETATTR_BASIC)
+    assert qt.memread(target, 4) == bytes(4), "a message was sent for a queue without a vector"
+    device.transport.alloc.free(target)

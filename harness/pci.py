@@ -247,3 +247,44 @@ def route_intx(bus: PCIBus, device: PCIDevice, irq: int) -> int:
     pirq = ((pin - 1) + ((device.devfn >> 3) - 1)) & 3
     bus.write8(piix3.devfn, PIIX3_PIRQ_ROUTE + pirq, irq)
     return pirq
+
+
+MSIX_ENABLE = 1 << 15
+MSIX_FUNCTION_MASK = 1 << 14
+
+
+@dataclass(frozen=True)
+class Msix:
+    """A function's MSI-X capability with its vector table mapped."""
+
+    device: PCIDevice
+    cap: int
+    table: Bar
+    table_offset: int
+    size: int
+
+    @classmethod
+    def find(cls, device: PCIDevice) -> Msix:
+        cap = next((c.offset for c in device.capabilities() if c.cap_id == CAP_ID_MSIX), None)
+        if cap is None:
+            raise DeviceNotFound(f"{device!r} has no MSI-X capability")
+        control = device.read16(cap + 2)
+        where = device.read32(cap + 4)
+        table = device.map_bar(where & 7)
+        return cls(device, cap, table, where & ~7, (control & 0x7FF) + 1)
+
+    def program(self, entry: int, address: int, data: int) -> None:
+        """Vector ``entry`` writes ``data`` (32 bits) to ``address`` when it fires; unmasked."""
+        if not 0 <= entry < self.size:
+            raise DeviceError(f"MSI-X entry {entry} outside the table of {self.size}")
+        base = self.table_offset + 16 * entry
+        self.table.write32(base, address & 0xFFFFFFFF)
+        self.table.write32(base + 4, address >> 32)
+        self.table.write32(base + 8, data)
+        self.table.write32(base + 12, 0)
+
+    def enable(self) -> None:
+        control = self.device.read16(self.cap + 2)
+        self.device.write16(self.cap + 2, (control | MSIX_ENABLE) & ~MSIX_FUNCTION_MASK)
+        if not self.device.read16(self.cap + 2) & MSIX_ENABLE:
+            raise DeviceError(f"{self.device!r}: MSI-X enable did not stick")

@@ -37,12 +37,14 @@ CAP_COMMON, CAP_NOTIFY, CAP_ISR, CAP_DEVICE = 1, 2, 3, 4
 # modern common configuration offsets
 C_DFSELECT, C_DF, C_GFSELECT, C_GF = 0x00, 0x04, 0x08, 0x0C
 C_NUM_QUEUES, C_STATUS, C_Q_SELECT, C_Q_SIZE = 0x12, 0x14, 0x16, 0x18
-C_Q_ENABLE, C_Q_NOTIFY_OFF = 0x1C, 0x1E
+C_Q_MSIX_VECTOR, C_Q_ENABLE, C_Q_NOTIFY_OFF = 0x1A, 0x1C, 0x1E
 C_Q_DESC, C_Q_AVAIL, C_Q_USED = 0x20, 0x28, 0x30
 
 # legacy I/O BAR offsets
 L_HOST_FEATURES, L_GUEST_FEATURES, L_QUEUE_PFN, L_QUEUE_NUM = 0, 4, 8, 12
 L_QUEUE_SEL, L_QUEUE_NOTIFY, L_STATUS, L_ISR, L_CONFIG = 14, 16, 18, 19, 20
+L_MSIX_QUEUE_VECTOR = 22  # exists only while MSI-X is enabled
+NO_VECTOR = 0xFFFF
 
 Transport = Literal["modern", "legacy"]
 
@@ -81,6 +83,11 @@ class VirtioPCI(abc.ABC):
 
     @abc.abstractmethod
     def read_isr(self) -> int: ...
+
+    @abc.abstractmethod
+    def set_queue_vector(self, index: int, vector: int) -> int:
+        """Point queue ``index`` at MSI-X ``vector``; returns what the device read back
+        (NO_VECTOR, 0xffff, if it refused)."""
 
     def check_healthy(self, stderr_tail: str = "") -> None:
         status = self.get_status()
@@ -165,6 +172,12 @@ class ModernVirtioPCI(VirtioPCI):
     def read_isr(self) -> int:
         return self.isr.bar.read8(self.isr.offset)
 
+    def set_queue_vector(self, index: int, vector: int) -> int:
+        c = self.common
+        c.bar.write16(c.offset + C_Q_SELECT, index)
+        c.bar.write16(c.offset + C_Q_MSIX_VECTOR, vector)
+        return c.bar.read16(c.offset + C_Q_MSIX_VECTOR)
+
 
 class LegacyVirtioPCI(VirtioPCI):
     modern = False
@@ -209,6 +222,13 @@ class LegacyVirtioPCI(VirtioPCI):
 
     def read_isr(self) -> int:
         return self.io.read8(L_ISR)
+
+    def set_queue_vector(self, index: int, vector: int) -> int:
+        """Only with MSI-X enabled, when the legacy layout grows two vector registers at 20 and 22
+        (and device configuration moves to 24)."""
+        self.io.write16(L_QUEUE_SEL, index)
+        self.io.write16(L_MSIX_QUEUE_VECTOR, vector)
+        return self.io.read16(L_MSIX_QUEUE_VECTOR)
 
 
 @dataclass(frozen=True)
