@@ -11,11 +11,7 @@ def test_hardlink_file(place: Place) -> None:
     """Both names are one inode on the host; the server reports nlink 2 for both and the same
     qid; data written through one name reads back through the other."""
     p9 = place.session
-    p9.mkdir(place.fid, "07")
-    dfid, _ = p9.walk(place.fid, ["07"])
-    p9.lcreate(dfid, "real_file")
-    p9.clunk(dfid)
-    dfid, _ = p9.walk(place.fid, ["07"])
+    dfid = place.make_file("07", "real_file")
     real, (real_qid,) = p9.walk(dfid, ["real_file"])
     p9.link(dfid, real, "hardlink_file")
     real_host, link_host = place.host_path("07", "real_file"), place.host_path("07", "hardlink_file")

@@ -15,11 +15,7 @@ def test_symlink_file(place: Place) -> None:
     """The link exists on the host (with mapped-xattr: a regular file holding the target), its qid
     says symlink, Treadlink gives the target back and Tgetattr reports S_IFLNK."""
     p9 = place.session
-    p9.mkdir(place.fid, "05")
-    dfid, _ = p9.walk(place.fid, ["05"])
-    p9.lcreate(dfid, "real_file")
-    p9.clunk(dfid)
-    dfid, _ = p9.walk(place.fid, ["05"])
+    dfid = place.make_file("05", "real_file")
     qid = p9.symlink(dfid, "symlink_file", "real_file")
     assert qid["type"] == wire.QTSYMLINK
     host = place.host_path("05", "symlink_file")

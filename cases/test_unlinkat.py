@@ -10,14 +10,6 @@ from fixtures.expect import expect_rlerror
 from fixtures.place import Place
 from fixtures.qos import qos
 from harness.p9 import wire
-from harness.p9.session import Session
-
-
-def make_file(p9: Session, place: Place, directory: str, name: str) -> None:
-    p9.mkdir(place.fid, directory)
-    dfid, _ = p9.walk(place.fid, [directory])
-    p9.lcreate(dfid, name)
-    p9.clunk(dfid)
 
 
 @qos("unlinkat_dir", backends=["local"])
@@ -47,9 +39,8 @@ def test_unlinkat_dir(place: Place) -> None:
 def test_unlinkat_file(place: Place) -> None:
     """The file is gone from the host and from the server's view; its directory stays."""
     p9 = place.session
-    make_file(p9, place, "04", "doa_file")
+    dfid = place.make_file("04", "doa_file")
     assert place.host_path("04", "doa_file").is_file()
-    dfid, _ = p9.walk(place.fid, ["04"])
     p9.unlinkat(dfid, "doa_file")
     assert not place.host_path("04", "doa_file").exists() and place.host_path("04").is_dir()
     with expect_rlerror(errno.ENOENT):
@@ -61,8 +52,7 @@ def test_unlinkat_file(place: Place) -> None:
 def test_unlinkat_symlink(place: Place) -> None:
     """Removing the link leaves its target alone."""
     p9 = place.session
-    make_file(p9, place, "06", "real_file")
-    dfid, _ = p9.walk(place.fid, ["06"])
+    dfid = place.make_file("06", "real_file")
     p9.symlink(dfid, "symlink_file", "real_file")
     assert place.host_path("06", "symlink_file").exists()
     p9.unlinkat(dfid, "symlink_file")
@@ -75,8 +65,7 @@ def test_unlinkat_symlink(place: Place) -> None:
 def test_unlinkat_hardlink(place: Place) -> None:
     """Removing one of two names leaves the other with its data and nlink back at 1."""
     p9 = place.session
-    make_file(p9, place, "08", "real_file")
-    dfid, _ = p9.walk(place.fid, ["08"])
+    dfid = place.make_file("08", "real_file")
     real, _ = p9.walk(dfid, ["real_file"])
     p9.link(dfid, real, "hardlink_file")
     place.host_path("08", "real_file").write_bytes(b"kept")
@@ -93,11 +82,10 @@ def test_use_after_unlink(place: Place) -> None:
     """A file opened before Tunlinkat: Tgetattr still works (nlink 0), a write of msize/2 bytes is
     done in full and reads back byte for byte; a fid that was only walked, not opened, is dead."""
     p9 = place.session
-    make_file(p9, place, "09", "doa_file")
+    dfid = place.make_file("09", "doa_file")
     opened, _ = p9.walk_path(place.fid, "09/doa_file")
     walked, _ = p9.walk_path(place.fid, "09/doa_file")
     p9.lopen(opened, os.O_RDWR)
-    dfid, _ = p9.walk(place.fid, ["09"])
     p9.unlinkat(dfid, "doa_file")
     assert not place.host_path("09", "doa_file").exists()
     assert p9.getattr(opened, wire.GETATTR_BASIC).nlink == 0
