@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from fixtures.expect import expect_device_error
 from fixtures.place import Place
 from fixtures.pool import Device
 from fixtures.qos import qos
+from harness.errors import RingFull
 from harness.p9 import wire
 from harness.p9.session import Pending, Session
 from harness.p9.transport import ChainLayout
@@ -90,5 +93,32 @@ def test_zero_sized_descriptor(attached: Session, device: Device, transport: str
         device,
         lambda: p9.send("Tgetattr", fid=0, request_mask=wire.GETATTR_ALL, layout=ChainLayout(out_segments=(7, 0))),
         "virtio: zero sized buffers are not allowed",
+        transport == "modern",
+    )
+
+
+@qos("chains/{transport}/direct_longer_than_queue", backends=["synth"], transport=TRANSPORTS)
+def test_direct_chain_longer_than_the_queue(attached: Session, device: Device, transport: str) -> None:
+    """129 direct descriptors cannot exist in a 128-entry table: our driver refuses the chain with
+    RingFull and writes nothing, and the device is untouched."""
+    p9 = attached
+    avail = device.transport.queue.avail_idx
+    with pytest.raises(RingFull, match="chain of 129"):
+        p9.send("Tgetattr", fid=0, request_mask=wire.GETATTR_ALL, layout=ChainLayout(in_segment=64),
+                reply_capacity=64 * 128)  # fmt: skip
+    assert device.transport.queue.avail_idx == avail and device.transport.queue.num_free == 128
+    assert p9.getattr(0).qid["type"] == wire.QTDIR
+
+
+@qos("chains/{transport}/looped", backends=["synth"], transport=TRANSPORTS)
+def test_looped_chain(attached: Session, device: Device, transport: str) -> None:
+    """The only way to hand the device a longer direct chain: a loop. QEMU stops after the table
+    size with "Looped descriptor"."""
+    p9 = attached
+    expect_device_error(
+        p9,
+        device,
+        lambda: p9.send("Tgetattr", fid=0, request_mask=wire.GETATTR_ALL, layout=ChainLayout(loop=True)),
+        "Looped descriptor",
         transport == "modern",
     )

@@ -52,8 +52,8 @@ def reversion(p9: Session, msize: int) -> None:
     p9.attach(0)
 
 
-@qos("msize/large/{msize}", backends=["local"], msize=SIZES)
-def test_large_msize(place: Place, msize: int) -> None:
+@qos("msize/large/{transport}/{msize}", backends=["local"], transport=["modern", "legacy"], msize=SIZES)
+def test_large_msize(place: Place, transport: str, msize: int) -> None:
     """Up to the virtio limit the msize asked for is granted, and a full-msize payload goes out and
     comes back byte for byte, in single descriptors."""
     p9 = place.session
@@ -61,8 +61,10 @@ def test_large_msize(place: Place, msize: int) -> None:
     full_circle(p9, place, None)
 
 
-@qos("msize/pages/{msize}", backends=["local"], msize=[1 << 20, VIRTIO_LIMIT])
-def test_large_msize_in_pages(place: Place, msize: int) -> None:
+@qos(
+    "msize/pages/{transport}/{msize}", backends=["local"], transport=["modern", "legacy"], msize=[1 << 20, VIRTIO_LIMIT]
+)
+def test_large_msize_in_pages(place: Place, transport: str, msize: int) -> None:
     """The same with every buffer in 4 KiB pages in an indirect table (Linux's layout): at the
     limit a request takes exactly 1024 descriptors."""
     p9 = place.session

@@ -130,8 +130,8 @@ def test_ring_full_then_reset(attached: Session, device: Device, transport: str)
     assert Session(device.transport).version().msize == 8192
 
 
-@qos("ring/recycle", backends=["synth"])
-def test_ring_recycle(attached: Session, device: Device) -> None:
+@qos("ring/recycle/{transport}", backends=["synth"], transport=TRANSPORTS)
+def test_ring_recycle(attached: Session, device: Device, transport: str) -> None:
     """Ten times the queue size of sequential requests in one session: descriptors come back from
     the used ring every time (libqos runs out after 64)."""
     p9 = attached

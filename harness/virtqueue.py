@@ -95,13 +95,14 @@ class SplitVirtqueue:
         """Zero the descriptor table and both rings (posted, goes out with the next query)."""
         self.mem.memwrite(self.layout.desc, bytes(RingLayout.total_bytes(self.size)))
 
-    def add(self, chain: Sequence[Buffer], *, indirect_table: int | None = None) -> int:
+    def add(self, chain: Sequence[Buffer], *, indirect_table: int | None = None, loop: bool = False) -> int:
         """Write ``chain`` as descriptors, publish its head in the avail ring, return the head.
 
         With ``indirect_table`` (a guest address with room for ``16 * len(chain)`` bytes) the chain
         goes into that table and takes a single ring descriptor flagged INDIRECT (the device must
         have VIRTIO_RING_F_INDIRECT_DESC). Raises :class:`RingFull` (writing nothing) if the free
-        list is too short. The caller notifies the device.
+        list is too short. ``loop`` makes the chain malformed on purpose: its last descriptor links
+        back to its first device-writable one. The caller notifies the device.
         """
         if not chain:
             raise DeviceError("an empty descriptor chain cannot be submitted")
@@ -113,9 +114,9 @@ class SplitVirtqueue:
             )
         ids = [self._free.popleft() for _ in range(needed)]
         if indirect_table is None:
-            self._write_chain(self.layout.desc, ids, chain)
+            self._write_chain(self.layout.desc, ids, chain, loop)
         else:
-            self._write_chain(indirect_table, list(range(len(chain))), chain)
+            self._write_chain(indirect_table, list(range(len(chain))), chain, loop)
             entry = _DESC.pack(indirect_table, 16 * len(chain), DESC_F_INDIRECT, 0)
             self.mem.memwrite(self.layout.desc + 16 * ids[0], entry)
         head = ids[0]
@@ -126,16 +127,20 @@ class SplitVirtqueue:
         self.mem.memwrite(self.layout.avail + 2, _U16.pack(self.avail_idx))
         return head
 
-    def _write_chain(self, table: int, ids: list[int], chain: Sequence[Buffer]) -> None:
-        """Descriptors ``ids`` of ``table`` linked in order; adjacent ones go in one write."""
+    def _write_chain(self, table: int, ids: list[int], chain: Sequence[Buffer], loop: bool = False) -> None:
+        """Descriptors ``ids`` of ``table`` linked in order (the last back to the first with
+        ``loop``); adjacent ones go in one write."""
+        # a loop goes back to the first device-writable descriptor, so the order stays valid
+        back = next((pos for pos, buf in enumerate(chain) if buf.writable), 0)
         run_start, run = ids[0], bytearray()
         for pos, (desc_id, buf) in enumerate(zip(ids, chain, strict=True)):
-            last = pos == len(ids) - 1
+            last = pos == len(ids) - 1 and not loop
             flags = (0 if last else DESC_F_NEXT) | (DESC_F_WRITE if buf.writable else 0)
             if desc_id != run_start + len(run) // 16:  # not adjacent: write out the run so far
                 self.mem.memwrite(table + 16 * run_start, bytes(run))
                 run_start, run = desc_id, bytearray()
-            run += _DESC.pack(buf.addr, buf.length, flags, 0 if last else ids[pos + 1])
+            nxt = ids[back] if pos == len(ids) - 1 else ids[pos + 1]
+            run += _DESC.pack(buf.addr, buf.length, flags, 0 if last else nxt)
         self.mem.memwrite(table + 16 * run_start, bytes(run))
 
     def avail_event_addr(self) -> int:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.errors import DeviceError, LeakError, RingFull
-from harness.virtqueue import DESC_F_WRITE, Buffer, RingLayout, SplitVirtqueue
+from harness.virtqueue import DESC_F_NEXT, DESC_F_WRITE, Buffer, RingLayout, SplitVirtqueue
 from tests.fakes import FakeMemory, FakeVirtioDevice
 
 BASE = 0x10000
@@ -160,3 +162,11 @@ def test_indirect_full_ring_holds_queue_size_chains() -> None:
 )
 def test_need_event(event: int, new: int, old: int, notify: bool) -> None:
     assert SplitVirtqueue.need_event(event, new, old) is notify
+
+
+def test_loop_links_the_last_descriptor_back_to_the_first_writable_one() -> None:
+    mem, queue, _ = make(8)
+    head = queue.add([Buffer(0x30000, 7), Buffer(0x30100, 64, True), Buffer(0x30200, 64, True)], loop=True)
+    table = [struct.unpack_from("<QIHH", mem.data, BASE + 16 * i) for i in range(3)]
+    assert [t[3] for t in table] == [head + 1, head + 2, head + 1]
+    assert all(t[2] & DESC_F_NEXT for t in table)

@@ -54,6 +54,9 @@ class ChainLayout:
     out_segments: tuple[int, ...] = ()
     in_segment: int | None = None
     indirect: bool = False
+    #: Malformed on purpose: the last descriptor links back to the first writable one, a chain
+    #: without end.
+    loop: bool = False
 
     def buffers(self, out_addr: int, out_len: int, in_addr: int, in_len: int) -> list[Buffer]:
         chain, offset = [], 0
@@ -168,7 +171,7 @@ class VirtioTransport:
                 table = self.alloc.alloc(16 * len(chain))
                 blocks.append(table)
             old = self.queue.avail_idx
-            head = self.queue.add(chain, indirect_table=table)
+            head = self.queue.add(chain, indirect_table=table, loop=layout.loop)
         except DeviceError:
             for block in blocks:
                 self.alloc.free(block)
