@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 SecurityModel = Literal["mapped-xattr", "mapped-file", "passthrough", "none"]
 Accel = Literal["qtest", "tcg"]
 STDERR_TAIL_LINES = 20
+QTEST_SOCKET, QMP_SOCKET = "qtest.sock", "qmp.sock"
 #: Lines QEMU prints on an orderly stop that say nothing about the case.
 BENIGN_STDERR = ("GLib: g_timer_elapsed: assertion 'timer != NULL' failed",)
 
@@ -133,12 +134,21 @@ def _die_with_parent(parent: int) -> None:
 class Machine:
     """A running QEMU.  ``with Machine(config) as m:`` launches it and always shuts it down."""
 
-    def __init__(self, config: MachineConfig, *, qtest_timeout: float = 10.0, start_timeout: float = 15.0) -> None:
+    def __init__(
+        self,
+        config: MachineConfig,
+        *,
+        qtest_timeout: float = 10.0,
+        start_timeout: float = 15.0,
+        workdir: Path | None = None,
+    ) -> None:
         self.config = config
         self.qtest_timeout = qtest_timeout
         self.start_timeout = start_timeout
-        self._dir = Path(tempfile.mkdtemp(prefix="v9p-qemu-"))
-        self.argv = config.argv(self._dir / "qtest.sock", self._dir / "qmp.sock")
+        # sockets and QEMU's output; under ``workdir`` when given, so that whoever owns that can
+        # remove what a killed process could not
+        self._dir = Path(tempfile.mkdtemp(prefix="v9p-qemu-", dir=workdir))
+        self.argv = config.argv(Path(QTEST_SOCKET), Path(QMP_SOCKET))  # relative to QEMU's cwd, self._dir
         self.log_path = self._dir / "qemu.log"
         self._proc: subprocess.Popen[bytes] | None = None
         self._qtest: QTest | None = None
@@ -181,16 +191,21 @@ class Machine:
         self._remove_dir()
 
     def _launch(self) -> None:
+        # AF_UNIX paths are limited to 108 bytes and the machine directory can be deep: we bind
+        # through /proc/self/fd/<dir> and QEMU, started in that directory, connects by bare name.
+        dir_fd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY)
+        short = Path(f"/proc/self/fd/{dir_fd}")
         qtest_listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            qtest_listener.bind(str(self._dir / "qtest.sock"))
+            qtest_listener.bind(str(short / QTEST_SOCKET))
             qtest_listener.listen(1)
-            self._qmp = QEMUMonitorProtocol(str(self._dir / "qmp.sock"), server=True)
-            log.debug("launch: %s", " ".join(self.argv))
+            self._qmp = QEMUMonitorProtocol(str(short / QMP_SOCKET), server=True)
+            log.debug("launch in %s: %s", self._dir, " ".join(self.argv))
             parent = os.getpid()
             with open(self.log_path, "wb") as out:
                 self._proc = subprocess.Popen(
                     self.argv,
+                    cwd=self._dir,
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
@@ -201,6 +216,7 @@ class Machine:
             conn = self._accept(qtest_listener, deadline)
         finally:
             qtest_listener.close()
+            os.close(dir_fd)
         self._qtest = QTest(conn, timeout=self.qtest_timeout, on_lost=self._explain_lost)
         self._qmp.accept(timeout=max(0.1, deadline - time.monotonic()))
         self._qtest.endianness()

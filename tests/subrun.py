@@ -12,9 +12,18 @@ from fixtures.plugin import QemuUnderTest
 PROJECT = Path(__file__).resolve().parent.parent
 
 
-def run_pytest(tmp_path: Path, qemu: QemuUnderTest, *args: str, source: str) -> subprocess.Popen[str]:
+def run_pytest(
+    tmp_path: Path, qemu: QemuUnderTest, *args: str, source: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """pytest on ``source`` in ``tmp_path``, which is also its TMPDIR, in a process group of its own."""
     (tmp_path / "test_case.py").write_text(source)
-    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(PROJECT), "QTEST_QEMU_BINARY": str(qemu.binary)}
+    env = {
+        **os.environ,
+        "TMPDIR": str(tmp_path),
+        "PYTHONPATH": str(PROJECT),
+        "QTEST_QEMU_BINARY": str(qemu.binary),
+        **(env or {}),
+    }
     return subprocess.Popen(
         [sys.executable, "-m", "pytest", "-p", "fixtures.plugin", "-q", "--rootdir", str(tmp_path),
          "--basetemp", str(tmp_path / "base"), *args, str(tmp_path / "test_case.py")],

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 from fixtures.plugin import QemuUnderTest
 from fixtures.pool import MachinePool
 from harness.errors import QEMUError, QEMUExited, QEMUStartError
-from harness.machine import Machine, MachineConfig
+from harness.machine import LocalFs, Machine, MachineConfig
 from harness.p9.session import Session
 from harness.p9.transport import VirtioTransport
 from tests.subrun import run_pytest
@@ -26,7 +27,7 @@ PROJECT = Path(__file__).resolve().parent.parent
 
 
 def config(qemu: QemuUnderTest, **kwargs: object) -> MachineConfig:
-    return MachineConfig(binary=qemu.binary, accel=qemu.probe.accel, **kwargs)  # type: ignore[arg-type]
+    return MachineConfig(**{"binary": qemu.binary, "accel": qemu.probe.accel, **kwargs})  # type: ignore[arg-type]
 
 
 def test_killed_qemu_is_reported_with_status_and_stderr(qemu_under_test: QemuUnderTest) -> None:
@@ -43,6 +44,74 @@ def test_killed_qemu_is_reported_with_status_and_stderr(qemu_under_test: QemuUnd
         assert "argv: " + str(qemu_under_test.binary) in text
         assert any("Tgetattr(fid=0" in note for note in info.value.__notes__), "the error must name the request"
         assert info.value.crashed
+
+
+def test_killed_while_a_request_is_in_flight(qemu_under_test: QemuUnderTest) -> None:
+    with Machine(config(qemu_under_test)) as machine:
+        session = Session(VirtioTransport(machine))
+        session.version()
+        session.attach(0)
+        fid, _ = session.walk(0, ["FLUSH"])
+        session.lopen(fid, 1)
+        blocked = session.send("Twrite", fid=fid, offset=0, data=b"\x01")  # blocks in the server
+        assert machine.pid is not None
+        os.kill(machine.pid, signal.SIGKILL)
+        with pytest.raises(QEMUExited, match=r"killed by SIGKILL \(-9\)") as info:
+            blocked.result()
+        assert any("Twrite(fid=1, offset=0" in note for note in info.value.__notes__)
+
+
+def test_killed_during_start_up(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """QEMU dies before it connects: QEMUStartError with the signal, and nothing left behind."""
+    slow = tmp_path / "qemu-system-x86_64"
+    slow.write_text(f'#!/bin/sh\nsleep 5\nexec {qemu_under_test.binary} "$@"\n')
+    slow.chmod(0o755)
+    machine = Machine(config(qemu_under_test, binary=slow), workdir=tmp_path)
+
+    def kill_soon() -> None:
+        deadline = time.monotonic() + 5
+        while machine.pid is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)
+        if machine.pid is not None:
+            os.kill(machine.pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_soon)
+    killer.start()
+    with pytest.raises(QEMUStartError, match="exited before connecting") as info:
+        machine.launch()
+    killer.join()
+    assert info.value.status == -signal.SIGKILL
+    assert [p.name for p in tmp_path.iterdir()] == ["qemu-system-x86_64"]  # its directory is gone
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        pytest.param({"firmware_dirs": ()}, "could not load PC BIOS 'bios-256k.bin'", id="missing-firmware"),
+        pytest.param({"fs": LocalFs(Path("/nonexistent/export"))}, "/nonexistent/export", id="export-missing"),
+        pytest.param({"extra_args": ("-no-such-option",)}, "-no-such-option", id="bad-option"),
+    ],
+)
+def test_qemu_refusing_to_start_is_quoted(
+    qemu_under_test: QemuUnderTest, change: dict[str, object], message: str
+) -> None:
+    bad = config(qemu_under_test, **change)
+    with pytest.raises(QEMUStartError) as info:
+        Machine(bad).launch()
+    assert message in info.value.stderr_tail, info.value.stderr_tail
+    assert info.value.status == 1
+    assert str(info.value).count("argv: " + str(qemu_under_test.binary)) == 1
+
+
+def test_busy_socket_path_is_named(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    machine = Machine(config(qemu_under_test), workdir=tmp_path)
+    (machine.log_path.parent / "qtest.sock").mkdir()  # something already holds the socket's name
+    with pytest.raises(QEMUStartError, match="Address already in use") as info:
+        machine.launch()
+    assert info.value.argv == machine.argv
+    assert not any(tmp_path.iterdir())
+    assert machine.pid is None  # QEMU was never started
 
 
 def test_pool_replaces_a_dead_qemu(qemu_under_test: QemuUnderTest) -> None:
@@ -80,28 +149,28 @@ def test_stopped_qemu_times_out_naming_the_request_and_is_cleaned_up(qemu_under_
     assert time.monotonic() - start < 3
 
 
-def test_bad_option_is_quoted_with_argv(qemu_under_test: QemuUnderTest) -> None:
-    bad = config(qemu_under_test, extra_args=("-no-such-option",))
-    with pytest.raises(QEMUStartError) as info:
-        Machine(bad).launch()
-    assert "-no-such-option" in info.value.stderr_tail
-    assert info.value.status == 1 and "-no-such-option" in " ".join(info.value.argv)
-
-
-def _our_qemus(marker: str) -> list[str]:
-    out = subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True, check=False).stdout
-    return [line for line in out.splitlines() if "qemu-system" in line and "pgrep" not in line]
+def _our_qemus(marker: str) -> list[int]:
+    """QEMU processes whose working directory (their machine directory) lies below ``marker``."""
+    out = subprocess.run(["pgrep", "-f", "qemu-system"], capture_output=True, text=True, check=False).stdout
+    pids = []
+    for pid in map(int, out.split()):
+        try:
+            if os.readlink(f"/proc/{pid}/cwd").startswith(marker):
+                pids.append(pid)
+        except OSError:
+            continue  # gone meanwhile
+    return pids
 
 
 CASE = textwrap.dedent(
     """
-    import time
+    import os, time
     from fixtures.qos import qos
 
     @qos("fault/sleeper", backends=["synth", "local"])
     def test_sleeper(attached):
         attached.clunk(0)
-        time.sleep(60)
+        time.sleep(float(os.environ.get("SLEEP", "60")))
     """
 )
 
@@ -114,11 +183,18 @@ def _wait_for_qemus(marker: str, count: int, proc: subprocess.Popen[str]) -> Non
         time.sleep(0.05)
 
 
+def _leftovers(tmp_path: Path) -> list[str]:
+    """Run directories, machine directories (sockets, QEMU output) and exports left in TMPDIR."""
+    return sorted(str(p) for p in tmp_path.rglob("v9p-*"))
+
+
 @pytest.mark.parametrize(
     ("args", "sig", "qemus"),
     [
         pytest.param((), signal.SIGINT, 1, id="ctrl-c"),
+        pytest.param((), signal.SIGTERM, 1, id="sigterm"),
         pytest.param(("-n", "2"), signal.SIGINT, 2, id="ctrl-c-xdist"),
+        pytest.param(("-n", "2"), signal.SIGTERM, 2, id="sigterm-xdist"),
         pytest.param(("-n", "2"), signal.SIGKILL, 2, id="kill-9-xdist"),
     ],
 )
@@ -134,6 +210,35 @@ def test_no_qemu_left_after_pytest_ends(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    _assert_no_qemu(tmp_path)
+    if sig != signal.SIGKILL:  # after kill -9 of everything nobody is left to clean up
+        assert _leftovers(tmp_path) == []
+
+
+def test_a_killed_xdist_worker_leaves_nothing(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """One worker is SIGKILLed mid-case: its QEMU dies with it (PR_SET_PDEATHSIG) and the controller,
+    which owns the run directory, removes that worker's sockets and exports at the end."""
+    proc = run_pytest(
+        tmp_path, qemu_under_test, "-n", "2", "--max-worker-restart", "0", source=CASE, env={"SLEEP": "3"}
+    )
+    try:
+        _wait_for_qemus(str(tmp_path), 2, proc)
+        qemus = _our_qemus(str(tmp_path))
+        assert qemus, "the QEMUs went away before a worker could be killed"
+        status = Path(f"/proc/{qemus[0]}/status").read_text()
+        worker = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+        os.kill(worker, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert "crashed" in out or "worker" in out, out
+    _assert_no_qemu(tmp_path)
+    assert _leftovers(tmp_path) == []
+
+
+def _assert_no_qemu(tmp_path: Path) -> None:
     deadline = time.monotonic() + 5
     while _our_qemus(str(tmp_path)) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -166,6 +271,18 @@ def test_case_after_a_killed_qemu_gets_a_fresh_one(tmp_path: Path, qemu_under_te
     assert "while sending Tgetattr(fid=0" in out or "while waiting for the reply to Tgetattr(fid=0" in out
     summary = next(line for line in out.splitlines() if line.startswith("| synth"))
     assert summary.split("|")[-2].strip() == "1", summary  # the "QEMU died" column
+    # the crash is listed on its own, with the exit status and where its artefacts are
+    crash = next(line for line in out.splitlines() if "test_a_killed" in line and line.startswith("|"))
+    assert "killed by SIGKILL (-9)" in crash
+    artefacts = Path(crash.split("|")[3].strip())
+    assert artefacts.is_dir() and artefacts.is_relative_to(tmp_path / "v9p-artefacts")
+    assert "Tgetattr(fid=0" in (artefacts / "9p-trace.txt").read_text()
+    assert (
+        "-accel qtest" in (artefacts / "argv.txt").read_text() or "-accel tcg" in (artefacts / "argv.txt").read_text()
+    )
+    assert (artefacts / "exit-status.txt").read_text().strip() == "killed by SIGKILL (-9)"
+    assert (artefacts / "qemu-output.txt").exists()
+    assert "test_b_after" not in out.split("QEMU died during")[1]
 
 
 def test_blocked_request_does_not_poison_the_next_case(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:

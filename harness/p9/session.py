@@ -156,19 +156,21 @@ class Session:
     def _submit(self, request: wire.Message | None, frame: bytes, capacity: int | None, layout: ChainLayout) -> Pending:
         if capacity is None:
             capacity = self.msize if self.msize >= wire.HEADER_SIZE else PREVERSION_REPLY_CAPACITY
+        tag = wire.peek_header(frame)[2] if len(frame) >= wire.HEADER_SIZE else None
+        self.history.append((time.monotonic(), "-->", tag, request or frame))  # also when sending fails
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("--> tag=%s %s", tag, request or frame.hex())
+        if hexlog.isEnabledFor(logging.DEBUG):
+            hexlog.debug("--> %s", frame.hex())
         try:
             handle = self.transport.submit(frame, capacity, layout)
         except HarnessError as err:
             err.add_note(f"while sending {request or f'raw frame {frame[:32].hex()}'}")
+            self.history.append((time.monotonic(), "-x-", tag, f"not sent: {type(err).__name__}"))
             raise
         pending = Pending(self, request, frame, handle)
         if pending.tag is not None:
             self._tags.setdefault(pending.tag, pending)
-        self.history.append((time.monotonic(), "-->", pending.tag, request or frame))
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("--> tag=%s %s", pending.tag, pending.describe())
-        if hexlog.isEnabledFor(logging.DEBUG):
-            hexlog.debug("--> %s", frame.hex())
         return pending
 
     def _complete(self, pending: Pending, timeout: float | None) -> Reply:

@@ -252,11 +252,16 @@ class VirtioTransport:
     def in_flight(self) -> int:
         return len(self._in_flight)
 
-    def collect(self) -> int:
-        """Collect completions nobody waited for; returns how many requests are still in flight."""
-        self._poll(None)
-        self._done.clear()
-        return len(self._in_flight)
+    def collect(self, grace: float = 0.0) -> int:
+        """Collect completions nobody waited for, giving requests still in progress up to ``grace``
+        seconds; returns how many are still in flight (blocked in the server)."""
+        deadline = time.monotonic() + grace
+        while True:
+            self._poll(None)
+            self._done.clear()
+            if not self._in_flight or time.monotonic() >= deadline:
+                return len(self._in_flight)
+            time.sleep(0.001)
 
     def abandon(self) -> None:
         """Give up on requests the device still holds (blocked ones): this device is to be thrown
