@@ -308,3 +308,32 @@ def test_blocked_request_does_not_poison_the_next_case(tmp_path: Path, qemu_unde
     proc = run_pytest(tmp_path, qemu_under_test, "--p9-timeout", "2", source=source)
     out, _ = proc.communicate(timeout=60)
     assert "1 failed, 1 passed" in out, out
+
+
+def test_thousand_resets_stay_flat(qemu_under_test: QemuUnderTest) -> None:
+    """1,000 consecutive per-test resets, each with a short session, in one QEMU: the harness's
+    guest memory, file descriptors and threads end exactly where they started."""
+    with Machine(config(qemu_under_test)) as machine:
+        transport = VirtioTransport(machine)
+
+        def one_case() -> None:
+            transport.reset()
+            session = Session(transport)
+            session.version()
+            session.attach(0)
+            session.getattr(0)
+            session.clunk(0)
+            session.close()
+            transport.check_idle()
+
+        def measure() -> tuple[int, int, int, int]:
+            fds = len(os.listdir("/proc/self/fd"))
+            return transport.alloc.free_bytes, len(transport.alloc.allocated), fds, threading.active_count()
+
+        for _ in range(20):  # warm-up: lazily created objects exist before the baseline
+            one_case()
+        before = measure()
+        for _ in range(1000):
+            one_case()
+        assert measure() == before
+        assert machine.is_running() and machine.exit_status is None
