@@ -33,6 +33,10 @@ class Node:
         """The names any backend must list: children plus ``.`` and ``..``."""
         return {child.name for child in self.children} | {".", ".."}
 
+    def descendants(self) -> int:
+        """How many nodes lie below this one."""
+        return sum(1 + child.descendants() for child in self.children)
+
     def child(self, name: str) -> Node:
         return next(c for c in self.children if c.name == name)
 

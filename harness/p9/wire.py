@@ -213,7 +213,8 @@ class Message:
     fields: Mapping[str, Any]
 
     @property
-    def type(self) -> int:
+    def type_number(self) -> int:
+        """The message's type byte (``type`` is a field of Rstatfs, Tlock and others)."""
         return BY_NAME[self.name].type
 
     def __getattr__(self, key: str) -> Any:
