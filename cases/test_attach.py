@@ -35,3 +35,12 @@ def test_attach_twice_same_root(p9: Session) -> None:
     assert first != second and qid1 == qid2
     p9.clunk(first)
     p9.clunk(second)
+
+
+@qos("attach/fid_in_use", backends=["synth", "local"])
+def test_attach_fid_in_use(attached: Session) -> None:
+    """Tattach with a fid already in use is EINVAL, and that fid is untouched."""
+    qid = attached.getattr(0).qid
+    with expect_rlerror(errno.EINVAL):
+        attached.rpc("Tattach", fid=0, afid=wire.NOFID, uname="", aname="", n_uname=0)
+    assert attached.getattr(0).qid == qid

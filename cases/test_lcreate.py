@@ -40,3 +40,33 @@ def test_create_file(place: Place) -> None:
     assert host.read_bytes() == b"first bytes"
     p9.clunk(again)
     p9.clunk(fid)
+
+
+@qos("lcreate/name_{case}", backends=["local"], case=["dot", "dotdot", "empty", "slash"])
+def test_lcreate_bad_names(place: Place, case: str) -> None:
+    """'.' and '..' exist already (EEXIST); an empty name or one with '/' is no name (ENOENT); the
+    directory is unchanged and the fid still stands on it."""
+    p9 = place.session
+    name, code = {"dot": (".", errno.EEXIST), "dotdot": ("..", errno.EEXIST), "empty": ("", errno.ENOENT),
+                  "slash": ("a/b", errno.ENOENT)}[case]  # fmt: skip
+    before = sorted(p.name for p in place.host_path().iterdir())
+    fid, _ = p9.walk(place.fid, [])
+    qid = p9.getattr(place.fid).qid
+    with expect_rlerror(code):
+        p9.lcreate(fid, name, os.O_RDWR, 0o644)
+    assert sorted(p.name for p in place.host_path().iterdir()) == before
+    assert p9.getattr(fid).qid == qid
+    p9.clunk(fid)
+
+
+@qos("lcreate/existing", backends=["local"])
+def test_lcreate_existing_without_excl(place: Place) -> None:
+    """Without O_EXCL an existing name is opened, not replaced: same inode, content kept."""
+    p9 = place.session
+    place.host_path("f").write_bytes(b"kept")
+    inode = place.host_path("f").stat().st_ino
+    fid, _ = p9.walk(place.fid, [])
+    reply = p9.lcreate(fid, "f", os.O_RDWR, 0o600)
+    assert reply.qid["path"] == inode
+    assert p9.read(fid, 0, 10) == b"kept"
+    p9.clunk(fid)

@@ -3,10 +3,13 @@ is guaranteed to be done in one message (diod protocol.md, open(5))."""
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
 
+from fixtures.expect import expect_rlerror
+from fixtures.place import Place
 from fixtures.qos import qos
 from harness.p9 import wire
 from harness.p9.session import Session
@@ -37,3 +40,54 @@ def test_lopen_directory(attached: Session) -> None:
     assert p9.lopen(fid, os.O_DIRECTORY).qid == qid
     assert qid["type"] == wire.QTDIR
     p9.clunk(fid)
+
+
+@qos("lopen/flags", backends=["local"])
+def test_lopen_flags_are_enforced(place: Place) -> None:
+    """A fid opened O_RDONLY reads but cannot write (EBADF); O_WRONLY writes but cannot read."""
+    p9 = place.session
+    place.host_path("f").write_bytes(b"0123456789")
+    reader, _ = p9.walk(place.fid, ["f"])
+    p9.lopen(reader, os.O_RDONLY)
+    assert p9.read(reader, 2, 3) == b"234"
+    with expect_rlerror(errno.EBADF):
+        p9.write(reader, 0, b"x")
+    writer, _ = p9.walk(place.fid, ["f"])
+    p9.lopen(writer, os.O_WRONLY)
+    assert p9.write(writer, 0, b"ab") == 2
+    with expect_rlerror(errno.EBADF):
+        p9.read(writer, 0, 3)
+    assert place.host_path("f").read_bytes() == b"ab23456789"
+    for fid in (reader, writer):
+        p9.clunk(fid)
+
+
+@qos("lopen/twice", backends=["local"])
+def test_lopen_twice(place: Place) -> None:
+    """A fid is opened once: a second Tlopen is EINVAL and the first open keeps working."""
+    p9 = place.session
+    place.host_path("f").write_bytes(b"data")
+    fid, _ = p9.walk(place.fid, ["f"])
+    p9.lopen(fid, os.O_RDONLY)
+    with expect_rlerror(errno.EINVAL):
+        p9.lopen(fid, os.O_RDWR)
+    assert p9.read(fid, 0, 10) == b"data"
+    p9.clunk(fid)
+
+
+@pytest.mark.qemu_bug(
+    at_most="7.2.99",
+    reason="v9fs_open() opens any directory with opendir() whatever the flags, so O_WRONLY on a "
+    "directory succeeds (open(2) says EISDIR)",
+)
+@qos("lopen/directory_for_writing", backends=["local"])
+def test_lopen_directory_for_writing(place: Place) -> None:
+    """Opening a directory for writing is EISDIR, as open(2)."""
+    p9 = place.session
+    place.host_path("d").mkdir()
+    fid, _ = p9.walk(place.fid, ["d"])
+    try:
+        with expect_rlerror(errno.EISDIR):
+            p9.lopen(fid, os.O_WRONLY)
+    finally:
+        p9.clunk(fid)

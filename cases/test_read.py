@@ -16,18 +16,18 @@ from harness.p9 import wire
 DATA = bytes(range(256)) * 64  # 16 KiB: more than an 8 KiB msize can carry
 
 
-def file_with_data(place: Place) -> int:
+def file_with_data(place: Place) -> tuple[int, int]:
+    """A fid opened O_RDONLY on a file holding DATA, and the iounit Rlopen gave."""
     place.host_path("data").write_bytes(DATA)
     fid, _ = place.session.walk(place.fid, ["data"])
-    place.session.lopen(fid, os.O_RDONLY)
-    return fid
+    return fid, int(place.session.lopen(fid, os.O_RDONLY).iounit)
 
 
 @qos("read/basic", backends=["local"])
 def test_read_basic(place: Place) -> None:
     """Reads at offsets return exactly the host bytes; past EOF returns count 0."""
     p9 = place.session
-    fid = file_with_data(place)
+    fid, _ = file_with_data(place)
     assert p9.read(fid, 0, 4096) == DATA[:4096]
     assert p9.read(fid, 12345, 100) == DATA[12345:12445]
     assert p9.read(fid, len(DATA) - 10, 100) == DATA[-10:]
@@ -47,8 +47,20 @@ def test_read_basic(place: Place) -> None:
 def test_read_count_above_msize(place: Place, transport: str) -> None:
     """A count above msize - 24 gets at most msize - 24 bytes, the first ones of the file."""
     p9 = place.session
-    fid = file_with_data(place)
+    fid, _ = file_with_data(place)
     data = p9.read(fid, 0, len(DATA))
     assert 0 < len(data) <= p9.msize - wire.IOHDRSZ
     assert data == DATA[: len(data)]
+    p9.clunk(fid)
+
+
+@qos("read/above_iounit", backends=["local"])
+def test_read_above_iounit(place: Place) -> None:
+    """iounit only promises what is atomic: a Tread above it but within msize - 24 is served in
+    full, byte for byte."""
+    p9 = place.session
+    fid, iounit = file_with_data(place)
+    count = p9.msize - wire.IOHDRSZ
+    assert count > iounit
+    assert p9.read(fid, 0, count) == DATA[:count]
     p9.clunk(fid)

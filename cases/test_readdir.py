@@ -5,6 +5,7 @@ fit" and clamps a count above msize - 11 (hw/9pfs/9p.c v9fs_readdir)."""
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from fixtures.expect import expect_rlerror
 from fixtures.place import Place
 from fixtures.pool import Device
 from fixtures.qos import qos
@@ -148,3 +150,19 @@ def test_readdir_count_clamp(
     p9.clunk(fid)
     place.close(passed=True)
     p9.clunk(0)
+
+
+@qos("readdir/on_file_fid", backends=["local"])
+def test_readdir_on_a_file(place: Place, device: Device) -> None:
+    """Treaddir on a fid opened as a file is an error (ENOTDIR), never a crash (QEMU <= 9.1 crashed
+    here; Debian's 7.2 carries the fix), with QEMU's "bad client" warning; the fid still reads."""
+    p9 = place.session
+    place.host_path("f").write_bytes(b"data")
+    fid, _ = p9.walk(place.fid, ["f"])
+    p9.lopen(fid, os.O_RDONLY)
+    mark = device.machine.stderr_mark()
+    with expect_rlerror(errno.ENOTDIR):
+        p9.readdir(fid)
+    assert "T_readdir on non-directory stream" in device.machine.stderr_since(mark)
+    assert p9.read(fid, 0, 10) == b"data"
+    p9.clunk(fid)

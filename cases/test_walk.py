@@ -117,3 +117,12 @@ def test_walk_2nd_non_existent(place: Place) -> None:
     _, qids = p9.walk(start, [*WALK_PATH[:5], "nope", *WALK_PATH[6:]], newfid=101)
     assert len(qids) == 5
     assert_unused(p9, 101)
+
+
+@qos("walk/name_{case}", case=["empty", "slash_only"])
+def test_walk_illegal_names(place: Place, case: str) -> None:
+    """An empty name and "/" are no names: ENOENT, newfid unused."""
+    p9 = place.session
+    with expect_rlerror(errno.ENOENT):
+        p9.walk(place.fid, ["" if case == "empty" else "/"], newfid=100)
+    assert_unused(p9, 100)

@@ -1,0 +1,18 @@
+"""Tauth: "afid ... for authentication"; a server that needs none refuses it (attach(5))."""
+
+from __future__ import annotations
+
+import errno
+
+from fixtures.expect import expect_rlerror
+from fixtures.qos import qos
+from harness.p9.session import Session
+
+
+@qos("auth/refused", backends=["synth", "local"])
+def test_auth_refused(attached: Session) -> None:
+    """QEMU needs no authentication: Tauth is refused (EOPNOTSUPP) and afid is not created."""
+    with expect_rlerror(errno.EOPNOTSUPP):
+        attached.rpc("Tauth", afid=50, uname="", aname="", n_uname=0)
+    with expect_rlerror(errno.ENOENT):
+        attached.getattr(50)
