@@ -3,12 +3,16 @@ record lock" (diod protocol.md)."""
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
 
+from fixtures.expect import expect_rlerror
 from fixtures.place import Place
+from fixtures.pool import Device
 from fixtures.qos import qos
+from harness.errors import QEMUExited
 from harness.p9.session import Session
 
 LOCK_SUCCESS, LOCK_BLOCKED = 0, 1
@@ -61,3 +65,31 @@ def test_lock_conflict_between_fids(place: Place) -> None:
     finally:
         for fid in (first, second):
             p9.clunk(fid)
+
+
+@pytest.mark.qemu_bug(
+    at_most="7.2.99",
+    when={"backend": "synth"},
+    reason="v9fs_lock()/v9fs_getlock() call the backend's fstat without checking that the fid was "
+    "opened; synth_fstat() dereferences the missing open state: QEMU dies of SIGSEGV",
+    raises=QEMUExited,
+)
+@pytest.mark.qemu_bug(
+    at_most="7.2.99",
+    when={"backend": "local"},
+    reason="v9fs_lock()/v9fs_getlock() never check that the fid was opened: a lock on a walked, "
+    "unopened fid is granted",
+)
+@qos("lock/unopened_fid/{message}", message=["Tlock", "Tgetlock"])
+def test_lock_on_an_unopened_fid(attached: Session, device: Device, message: str) -> None:
+    """A record lock needs an open file, as fcntl(2) needs an open descriptor: a fid that was only
+    walked gets EBADF, and QEMU lives on."""
+    p9 = attached
+    fid, _ = p9.walk(0, [])
+    fields = {"type": WRLCK, "start": 0, "length": 0, "proc_id": 1, "client_id": "c"}
+    if message == "Tlock":
+        fields["flags"] = 0
+    with expect_rlerror(errno.EBADF):
+        p9.rpc(message, fid=fid, **fields)
+    assert device.alive()
+    p9.clunk(fid)
