@@ -38,6 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     suite.add_argument("--qemu-binary")
     suite.add_argument("--rounds", type=int, default=5)
 
+    malformed = sub.add_parser("malformed-report", help="the malformed-request catalogue, run and tabulated")
+    malformed.add_argument("--qemu-binary")
+    malformed.add_argument("--transport", choices=("modern", "legacy"), default="modern")
+    malformed.add_argument("--record", action="store_true", help="store the outcomes as this QEMU's expectations")
+
     args = parser.parse_args(argv)
     try:
         return _dispatch(args)
@@ -68,6 +73,13 @@ def _dispatch(args: argparse.Namespace) -> int:
         from harness.bench import bench_suite
 
         return bench_suite(args.qemu_binary, args.rounds)
+    if args.command == "malformed-report":
+        from harness.p9.malformed import report
+
+        binary, _ = provision.find_qemu(args.qemu_binary)
+        found = provision.probe(binary)
+        found.require_usable()
+        return report(binary, found.accel, args.transport, args.record)
     raise AssertionError(args)
 
 
