@@ -1,0 +1,109 @@
+"""The local backend under each security model (passthrough, mapped-xattr, mapped-file, none):
+one round trip of the common operations, checked on the host as each model stores things, and
+multidevs=remap across a mount point inside the export."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fixtures.place import Place
+from fixtures.pool import Device
+from fixtures.qos import qos
+from harness.p9 import wire
+
+MODELS = ["passthrough", "mapped-xattr", "mapped-file", "none"]
+MULTIDEVS_WARNING = "9p: Multiple devices detected in same VirtFS export"
+
+
+@qos("models/{security_model}/round_trip", backends=["local"], security_model=MODELS)
+def test_round_trip(place: Place, security_model: str) -> None:
+    """mkdir, lcreate, write, read, getattr, symlink, readlink, link, unlinkat: the answers and the
+    host agree under every model (mapped models keep symlinks as files holding the target)."""
+    p9 = place.session
+    assert p9.mkdir(place.fid, "dir", 0o750)["type"] == wire.QTDIR
+    dfid, _ = p9.walk(place.fid, ["dir"])
+    p9.lcreate(dfid, "file", os.O_RDWR, 0o640)
+    assert p9.write(dfid, 0, b"model data") == 10
+    assert p9.read(dfid, 0, 100) == b"model data"
+    assert place.host_path("dir", "file").read_bytes() == b"model data"
+    attr = p9.getattr(dfid)
+    assert stat.S_ISREG(attr.mode) and attr.size == 10
+    if security_model != "none":  # "none" applies no mode of the client's
+        assert stat.S_IMODE(attr.mode) == 0o640
+    p9.clunk(dfid)
+    dfid, _ = p9.walk(place.fid, ["dir"])
+    p9.symlink(dfid, "link", "file")
+    link, _ = p9.walk(dfid, ["link"])
+    assert p9.readlink(link) == "file"
+    host_link = place.host_path("dir", "link")
+    if security_model.startswith("mapped"):
+        assert host_link.read_bytes() == b"file" and not host_link.is_symlink()
+    else:
+        assert os.readlink(host_link) == "file"
+    target, _ = p9.walk(dfid, ["file"])
+    p9.link(dfid, target, "hard")
+    assert p9.getattr(target).nlink == 2
+    for name in ("link", "hard", "file"):
+        p9.unlinkat(dfid, name)
+    assert sorted(os.listdir(place.host_path("dir"))) in ([], [".virtfs_metadata"])
+    for fid in (link, target, dfid):
+        p9.clunk(fid)
+
+
+@contextlib.contextmanager
+def tmpfs_at(path: Path) -> Iterator[None]:
+    path.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "v9p-test", str(path)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs inside the export here: {done.stderr.strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", str(path)], check=False)
+
+
+@pytest.mark.fsdev(multidevs="remap")
+@qos("models/multidevs/remap", backends=["local"])
+def test_multidevs_remap(place: Place, device: Device) -> None:
+    """With a second filesystem mounted inside the export, multidevs=remap gives every file a qid
+    path of its own (device and inode folded in), so equal inode numbers on two devices no longer
+    collide; and QEMU does not warn."""
+    p9 = place.session
+    mark = device.machine.stderr_mark()
+    with tmpfs_at(place.host_path("mnt")):
+        place.host_path("mnt", "inner").write_bytes(b"")
+        place.host_path("outer").write_bytes(b"")
+        inner, walked = p9.walk_path(place.fid, "mnt/inner")
+        inner_qid = walked[-1]
+        outer, (outer_qid,) = p9.walk(place.fid, ["outer"])
+        mnt, (mnt_qid,) = p9.walk(place.fid, ["mnt"])
+        paths = {inner_qid["path"], outer_qid["path"], mnt_qid["path"]}
+        assert len(paths) == 3
+        assert inner_qid["path"] != place.host_path("mnt", "inner").stat().st_ino  # remapped, not the raw inode
+        for fid in (inner, outer, mnt):
+            p9.clunk(fid)
+    assert MULTIDEVS_WARNING not in device.machine.stderr_since(mark)
+
+
+@pytest.mark.fresh_qemu  # QEMU warns once per export
+@qos("models/multidevs/warn", backends=["local"])
+def test_multidevs_default_warns(place: Place, device: Device) -> None:
+    """Without multidevs=remap, crossing into another device inside the export is served with raw
+    inode numbers as qid paths, and QEMU warns that qids may collide."""
+    p9 = place.session
+    mark = device.machine.stderr_mark()
+    with tmpfs_at(place.host_path("mnt")):
+        place.host_path("mnt", "inner").write_bytes(b"")
+        inner, qids = p9.walk_path(place.fid, "mnt/inner")
+        assert qids[-1]["path"] == place.host_path("mnt", "inner").stat().st_ino
+        p9.clunk(inner)
+    assert MULTIDEVS_WARNING in device.machine.stderr_since(mark)
