@@ -183,7 +183,7 @@ def test_session_against_a_model(place: Place, pytestconfig: Any) -> None:
     from hypothesis import HealthCheck, settings
     from hypothesis.stateful import run_state_machine_as_test
 
-    profile = PROFILES[pytestconfig.getoption("--hypothesis-profile")]
+    profile = PROFILES[pytestconfig.getoption("--hypothesis-profile", "default")]
     machine = build(place.session, place.fid, place.host_path().name)
     budget = settings(
         deadline=None,
