@@ -43,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     malformed.add_argument("--transport", choices=("modern", "legacy"), default="modern")
     malformed.add_argument("--record", action="store_true", help="store the outcomes as this QEMU's expectations")
 
+    replay = sub.add_parser("replay", help="re-send a reproducer to a fresh QEMU; report the first difference")
+    replay.add_argument("file")
+    replay.add_argument("--qemu-binary")
+
     args = parser.parse_args(argv)
     try:
         return _dispatch(args)
@@ -73,6 +77,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         from harness.bench import bench_suite
 
         return bench_suite(args.qemu_binary, args.rounds)
+    if args.command == "replay":
+        from pathlib import Path
+
+        from harness.replay import replay as run_replay
+
+        return run_replay(Path(args.file), args.qemu_binary)
     if args.command == "malformed-report":
         from harness.p9.malformed import report
 

@@ -141,7 +141,7 @@ def test_history_shows_both_directions(session: Session) -> None:
     session.version()
     text = session.format_history()
     assert "--> tag=65535 Tversion(msize=8192, version='9P2000.L')" in text
-    assert "<-- tag=65535 Rversion(msize=8192, version='9P2000.L')" in text
+    assert "<-- tag=65535 head=1 used=21 Rversion(msize=8192, version='9P2000.L')" in text
 
 
 def test_raw_frames_go_out_unchanged(session: Session) -> None:

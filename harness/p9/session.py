@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from harness.errors import HarnessError, LeakError, P9ProtocolError, P9Rlerror, P9StateError, P9Timeout
 from harness.p9 import wire
+from harness.p9.trace import Record, format_records
 from harness.p9.transport import SIMPLE, ChainLayout, Completion, Request
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ class Session:
         self.fids: set[int] = set()
         self._tags: dict[int, Pending] = {}
         self._next_fid = 0
-        self.history: deque[tuple[float, str, object, object]] = deque(maxlen=HISTORY)
+        self.history: deque[Record] = deque(maxlen=HISTORY)
 
     def __enter__(self) -> Session:
         return self
@@ -157,7 +158,7 @@ class Session:
         if capacity is None:
             capacity = self.msize if self.msize >= wire.HEADER_SIZE else PREVERSION_REPLY_CAPACITY
         tag = wire.peek_header(frame)[2] if len(frame) >= wire.HEADER_SIZE else None
-        self.history.append((time.monotonic(), "-->", tag, request or frame))  # also when sending fails
+        self.history.append(Record(time.monotonic(), "-->", tag, frame, request))  # also when sending fails
         if log.isEnabledFor(logging.DEBUG):
             log.debug("--> tag=%s %s", tag, request or frame.hex())
         if hexlog.isEnabledFor(logging.DEBUG):
@@ -166,7 +167,7 @@ class Session:
             handle = self.transport.submit(frame, capacity, layout)
         except HarnessError as err:
             err.add_note(f"while sending {request or f'raw frame {frame[:32].hex()}'}")
-            self.history.append((time.monotonic(), "-x-", tag, f"not sent: {type(err).__name__}"))
+            self.history.append(Record(time.monotonic(), "-x-", tag, b"", None, note=f"not sent: {type(err).__name__}"))
             raise
         pending = Pending(self, request, frame, handle)
         if pending.tag is not None:
@@ -187,15 +188,18 @@ class Session:
         frame = completion.reply
         if hexlog.isEnabledFor(logging.DEBUG):
             hexlog.debug("<-- %s", frame.hex())
+        head = pending.head
         if completion.used_len == 0:
-            self.history.append((time.monotonic(), "<--", pending.tag, "(reply buffer returned empty)"))
+            note = "(reply buffer returned empty)"
+            self.history.append(Record(time.monotonic(), "<--", pending.tag, b"", None, head, 0, note))
             log.debug("<-- tag=%s (buffer returned empty)", pending.tag)
             return Reply(0, frame, None, completion.order)
         try:
             message = wire.decode(frame)
-        finally:
-            self.history.append((time.monotonic(), "<--", pending.tag, frame))
-        self.history[-1] = (self.history[-1][0], "<--", message.tag, message)
+        except P9ProtocolError:
+            self.history.append(Record(time.monotonic(), "<--", pending.tag, frame, None, head, completion.used_len))
+            raise
+        self.history.append(Record(time.monotonic(), "<--", message.tag, frame, message, head, completion.used_len))
         if pending.tag is not None and message.tag != pending.tag:
             raise P9ProtocolError(f"{pending.describe()} (tag {pending.tag}) answered with tag {message.tag}")
         log.debug("<-- tag=%d %s", message.tag, message)
@@ -275,15 +279,8 @@ class Session:
         return int(self.rpc("Twrite", fid=fid, offset=offset, data=data).count)
 
     def format_history(self) -> str:
-        """The recent messages, one line each: time, direction, tag, decoded fields."""
-        if not self.history:
-            return ""
-        start = self.history[0][0]
-        lines = []
-        for when, arrow, tag, item in self.history:
-            shown = item.hex() if isinstance(item, bytes) else str(item)
-            lines.append(f"{(when - start) * 1000:9.3f} ms {arrow} tag={tag} {shown}")
-        return "\n".join(lines)
+        """The recent messages, one line each: time, direction, tag, head, used length, fields."""
+        return format_records(self.history)
 
     def walk_path(self, fid: int, path: str, newfid: int | None = None) -> tuple[int, list[dict[str, int]]]:
         """Twalk along ``a/b/c`` (empty components dropped)."""

@@ -1,0 +1,125 @@
+"""What a session saw, message by message, and the reproducer file made from it.
+
+A :class:`Record` is one frame sent (``-->``), received (``<--``) or not sent (``-x-``), with its
+time, tag, decoded message, the descriptor head it travelled on and the length the device wrote.
+
+A reproducer is a small text file, one message per line, fit to paste into a bug report::
+
+    # virtio9p-harness reproducer
+    # backend: synth
+    # replay: python -m harness replay FILE [--qemu-binary B]
+    --> 13000000180000000000000f3f000000000000  Tgetattr(fid=0, request_mask=16383)
+    <-- 07000000070000...                      Rlerror ENOENT (2)
+    <== Rlerror ENOENT (2)                      (what the case expected instead)
+
+``python -m harness replay`` re-sends the ``-->`` lines to a fresh QEMU and reports the first reply
+that differs from its ``<--`` line, or from its ``<==`` expectation where there is one.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import P9ProtocolError
+from harness.p9 import wire
+
+MAGIC = "# virtio9p-harness reproducer"
+
+
+@dataclass(frozen=True)
+class Record:
+    time: float
+    direction: str  # "-->" sent, "<--" received, "-x-" not sent
+    tag: int | None
+    frame: bytes
+    message: wire.Message | None
+    head: int | None = None
+    used_len: int | None = None
+    note: str = ""
+
+    def line(self, start: float) -> str:
+        what = self.note or (str(self.message) if self.message else f"raw {self.frame[:32].hex()}")
+        where = f" head={self.head}" if self.head is not None else ""
+        used = f" used={self.used_len}" if self.used_len is not None else ""
+        return f"{(self.time - start) * 1000:9.3f} ms {self.direction} tag={self.tag}{where}{used} {what}"
+
+
+def format_records(records: Iterable[Record]) -> str:
+    records = list(records)
+    if not records:
+        return ""
+    return "\n".join(record.line(records[0].time) for record in records)
+
+
+def describe_errno(code: int) -> str:
+    return f"Rlerror {_errno.errorcode.get(code, '?')} ({code})"
+
+
+def write_reproducer(
+    path: Path, records: Iterable[Record], header: Mapping[str, str], expected: Mapping[int, int] | None = None
+) -> Path:
+    """Write the exchange; ``expected`` maps a record's index to the errno the case wanted there."""
+    lines = [MAGIC, *(f"# {key}: {value}" for key, value in header.items())]
+    lines.append(f"# replay: python -m harness replay {path}")
+    for index, record in enumerate(records):
+        if record.direction == "-x-":
+            continue
+        shown = str(record.message) if record.message else ""
+        body = record.frame.hex() if record.frame else f"(empty,tag={record.tag})"
+        lines.append(f"{record.direction} {body}  {shown}".rstrip())
+        if expected and index in expected:
+            lines.append(f"<== {describe_errno(expected[index])}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@dataclass(frozen=True)
+class Step:
+    """A request to send, the reply it got when recorded, and what was expected instead, if anything."""
+
+    request: bytes
+    reply: bytes | None
+    expected_errno: int | None = None
+    #: the reply came before the next request went out: replay waits for it in line
+    in_line: bool = False
+
+
+def _awaiting(steps: list[Step], tag: int) -> int:
+    """The last step with request tag ``tag`` and no reply yet (replies can come out of order)."""
+    for at in range(len(steps) - 1, -1, -1):
+        if steps[at].reply is None and wire.peek_header(steps[at].request)[2] == tag:
+            return at
+    raise P9ProtocolError(f"a reply with tag {tag} answers no recorded request")
+
+
+def read_reproducer(path: Path) -> tuple[dict[str, str], list[Step]]:
+    text = path.read_text().splitlines()
+    if not text or text[0] != MAGIC:
+        raise P9ProtocolError(f"{path} is not a virtio9p-harness reproducer (first line {text[:1]})")
+    header: dict[str, str] = {}
+    steps: list[Step] = []
+    last_answered = -1
+    for number, line in enumerate(text[1:], start=2):
+        if line.startswith("# ") and ": " in line:
+            key, value = line[2:].split(": ", 1)
+            header[key] = value
+        elif line.startswith("--> "):
+            steps.append(Step(bytes.fromhex(line.split()[1]), None))
+        elif line.startswith("<-- ") and steps:
+            field = line.split()[1]
+            empty = field.startswith("(empty")
+            reply = b"" if empty else bytes.fromhex(field)
+            tag = int(field.split("=")[1].rstrip(")")) if empty else wire.peek_header(reply)[2]
+            at = last_answered = _awaiting(steps, tag)
+            steps[at] = Step(steps[at].request, reply, in_line=at == len(steps) - 1)
+        elif line.startswith("<== ") and steps:
+            code = int(line.rsplit("(", 1)[1].rstrip(")"))
+            at = last_answered
+            steps[at] = Step(steps[at].request, steps[at].reply, code, steps[at].in_line)
+        elif line.strip() and not line.startswith("#"):
+            raise P9ProtocolError(f"{path}:{number}: cannot read {line[:60]!r}")
+    return header, steps
