@@ -10,8 +10,9 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
 PACKAGED_QEMU := /usr/bin/qemu-system-x86_64
+TSHARK := /usr/bin/tshark
 
-.PHONY: venv qemu packaged-qemu conformance test selftest lint clean
+.PHONY: venv qemu tools conformance test selftest lint clean
 
 venv: $(VENV)/.installed
 
@@ -30,12 +31,18 @@ else
 	@echo "using QTEST_QEMU_BINARY=$(QTEST_QEMU_BINARY)"
 endif
 
-# Debian's own binary (no qtest accelerator): the self-tests check the degraded mode on it.
-packaged-qemu: $(PACKAGED_QEMU)
+# For the self-tests: Debian's own QEMU (no qtest accelerator, for the degraded mode) and tshark
+# (to prove that Wireshark's 9P dissector reads our captures).
+tools: $(PACKAGED_QEMU) $(TSHARK)
 
 $(PACKAGED_QEMU):
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends qemu-system-x86 || { \
-	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends qemu-system-x86; }
+	$(call apt_install,qemu-system-x86)
+
+$(TSHARK):
+	$(call apt_install,tshark)
+
+apt_install = DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(1) || { \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(1); }
 
 conformance: qemu
 	$(BIN)/python -m pytest cases/ $(PYTEST_ARGS)
@@ -44,10 +51,10 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-selftest: venv packaged-qemu
+selftest: venv tools
 	$(BIN)/python -m pytest tests/ $(PYTEST_ARGS)
 
-test: lint qemu packaged-qemu
+test: lint qemu tools
 	$(BIN)/python -m pytest tests/ cases/ $(PYTEST_ARGS)
 
 clean:

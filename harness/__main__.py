@@ -47,6 +47,16 @@ def main(argv: list[str] | None = None) -> int:
     replay.add_argument("file")
     replay.add_argument("--qemu-binary")
 
+    matrix = sub.add_parser("matrix", help="the same cases against several QEMU binaries, differences first")
+    matrix.add_argument("--qemu", action="append", required=True, help="a QEMU binary (give two or more)")
+    matrix.add_argument("selection", nargs=argparse.REMAINDER, help="pytest arguments, e.g. -k readdir")
+
+    repl = sub.add_parser("repl", help="an interactive 9P session on a fresh QEMU")
+    repl.add_argument("--qemu-binary")
+    repl.add_argument("--backend", choices=("synth", "local"), default="synth")
+    repl.add_argument("--export", help="directory to export with --backend local (default: a new empty one)")
+    repl.add_argument("--transport", choices=("modern", "legacy"), default="modern")
+
     args = parser.parse_args(argv)
     try:
         return _dispatch(args)
@@ -77,6 +87,23 @@ def _dispatch(args: argparse.Namespace) -> int:
         from harness.bench import bench_suite
 
         return bench_suite(args.qemu_binary, args.rounds)
+    if args.command == "repl":
+        import tempfile
+        from pathlib import Path
+
+        from harness.machine import LocalFs, MachineConfig, SynthFs
+        from harness.repl import repl as run_repl
+
+        binary, _ = provision.find_qemu(args.qemu_binary)
+        found = provision.probe(binary)
+        found.require_usable()
+        export = Path(args.export or tempfile.mkdtemp(prefix="v9p-repl-"))
+        fs = LocalFs(export) if args.backend == "local" else SynthFs()
+        return run_repl(MachineConfig(binary=binary, fs=fs, transport=args.transport, accel=found.accel))
+    if args.command == "matrix":
+        from harness.matrix import matrix as run_matrix
+
+        return run_matrix(args.qemu, [arg for arg in args.selection if arg != "--"])
     if args.command == "replay":
         from pathlib import Path
 

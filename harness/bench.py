@@ -36,7 +36,7 @@ def bench_rtt(explicit: str | None, transport: Transport, seconds: float) -> int
     binary, _ = provision.find_qemu(explicit)
     found = provision.probe(binary)
     found.require_usable()
-    config = MachineConfig(binary=binary, transport=transport, accel=found.accel)  # type: ignore[arg-type]
+    config = MachineConfig(binary=binary, transport=transport, accel=found.accel)
     with connect(config) as conn:
         qt, session = conn.machine.qtest, conn.session
         status_addr = conn.transport.queue.layout.used + 2

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 from harness.errors import ProvisionError
 
@@ -105,7 +106,7 @@ class Probe:
         return self.qtest_option and self.virtio_9p_pci
 
     @property
-    def accel(self) -> str:
+    def accel(self) -> Literal["qtest", "tcg"]:
         """``qtest``, or ``tcg`` (vCPUs stopped with -S) in degraded mode."""
         return "qtest" if self.qtest_accel else "tcg"
 

@@ -40,7 +40,7 @@ def test_equal_configs_share_a_qemu() -> None:
 
 
 def test_system_reset_waits_for_the_reset_event_and_the_device_comes_back(qemu_under_test: QemuUnderTest) -> None:
-    config = MachineConfig(binary=qemu_under_test.binary, accel=qemu_under_test.probe.accel)  # type: ignore[arg-type]
+    config = MachineConfig(binary=qemu_under_test.binary, accel=qemu_under_test.probe.accel)
     with Machine(config) as machine:
         transport = VirtioTransport(machine)
         Session(transport).version()

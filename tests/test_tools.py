@@ -1,0 +1,145 @@
+"""The bug-hunting tools against a real QEMU: reproducers that replay to the same difference,
+captures that tshark's 9P dissector decodes, the A/B matrix, the REPL, the live trace."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fixtures.plugin import QemuUnderTest
+from harness.repl import Repl
+from tests.subrun import PROJECT, run_pytest
+
+PACKAGED = Path("/usr/bin/qemu-system-x86_64")
+
+CASES = textwrap.dedent(
+    """
+    import errno
+    from fixtures.expect import expect_rlerror
+    from fixtures.qos import qos
+
+    @qos("tools/walks", backends=["synth"])
+    def test_a_walks(attached):
+        fid, _ = attached.walk(0, ["WALK0"])
+        attached.clunk(fid)
+        with expect_rlerror(errno.ENOENT):
+            attached.walk(0, ["nope"])
+
+    @qos("tools/deliberately_wrong", backends=["synth"])
+    def test_b_deliberately_wrong(attached):
+        with expect_rlerror(errno.ENOENT):  # WALK0 exists: this case fails on purpose
+            attached.walk(0, ["WALK0"])
+    """
+)
+
+
+def harness(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], cwd=PROJECT, input=stdin, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_a_failing_case_leaves_a_reproducer_that_replays_to_the_same_difference(
+    tmp_path: Path, qemu_under_test: QemuUnderTest
+) -> None:
+    proc = run_pytest(tmp_path, qemu_under_test, "--trace-dir", "traces", source=CASES)
+    out, _ = proc.communicate(timeout=60)
+    assert "1 failed, 1 passed" in out, out
+    command = next(line for line in out.splitlines() if line.startswith("python -m harness replay "))
+    failing = Path(command.split()[-1])
+    assert failing.is_relative_to(tmp_path / "traces") and failing.exists()
+    assert "<== Rlerror ENOENT (2)" in failing.read_text()
+    replayed = harness("replay", str(failing), "--qemu-binary", str(qemu_under_test.binary))
+    assert replayed.returncode == 1, replayed.stdout + replayed.stderr
+    assert "Twalk(fid=0, newfid=1, wnames=['WALK0'])" in replayed.stdout
+    assert "expected Rlerror ENOENT (2), got Rwalk(qids=[{type=128, version=0, path=1}])" in replayed.stdout
+    # the passing case's reproducer replays without a difference
+    passing = next(p for p in (tmp_path / "traces").rglob("reproducer.9p") if "tools_walks" in str(p))
+    clean = harness("replay", str(passing), "--qemu-binary", str(qemu_under_test.binary))
+    assert clean.returncode == 0 and "no difference: all 5 replies as recorded" in clean.stdout, clean.stdout
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed (make test installs it)")
+def test_tshark_decodes_the_capture(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    proc = run_pytest(tmp_path, qemu_under_test, "--pcap", "pcaps", "-k", "tools/walks", source=CASES)
+    out, _ = proc.communicate(timeout=60)
+    assert "1 passed" in out, out
+    (capture,) = (tmp_path / "pcaps").glob("*.pcap")
+    fields = ["9p.msgtype", "9p.tag", "9p.maxsize", "9p.version", "9p.fid", "9p.newfid", "9p.wname", "9p.qidpath"]
+    shown = subprocess.run(
+        ["tshark", "-r", str(capture), "-Y", "9p", "-T", "fields", "-E", "separator=|", *(f"-e{f}" for f in fields)],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    rows = [dict(zip(fields, line.split("|"), strict=True)) for line in shown]
+    kinds = [row["9p.msgtype"] for row in rows]
+    assert kinds[:2] == ["100", "101"] and rows[0]["9p.maxsize"] == "8192" and rows[1]["9p.version"] == "9P2000.L"
+    walks = [row for row in rows if row["9p.msgtype"] == "110"]
+    assert [(w["9p.fid"], w["9p.newfid"], w["9p.wname"]) for w in walks] == [("0", "1", "WALK0"), ("0", "2", "nope")]
+    rwalk = next(row for row in rows if row["9p.msgtype"] == "111")
+    assert rwalk["9p.qidpath"] == "1"
+    lerror = [row for row in rows if row["9p.msgtype"] == "7"]
+    assert len(lerror) == 1
+    detail = subprocess.run(
+        ["tshark", "-r", str(capture), "-Y", "9p.msgtype == 7", "-V"], capture_output=True, text=True
+    ).stdout
+    assert "Rlerror (7)" in detail and "Message data: 02000000" in detail  # ecode 2, ENOENT
+
+
+def test_matrix_of_a_binary_against_itself_shows_no_difference(qemu_under_test: QemuUnderTest) -> None:
+    binary = str(qemu_under_test.binary)
+    done = harness("matrix", "--qemu", binary, "--qemu", binary, "--", "-k", "version/ or synth/config")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1].endswith("cases, 0 differ")
+
+
+@pytest.mark.skipif(not PACKAGED.exists(), reason="Debian's qemu-system-x86 is not installed (make test installs it)")
+def test_matrix_against_the_degraded_packaged_binary(qemu_under_test: QemuUnderTest) -> None:
+    done = harness("matrix", "--qemu", str(qemu_under_test.binary), "--qemu", str(PACKAGED), "--", "-k", "version/")
+    assert done.returncode == 1, done.stdout + done.stderr
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:4]] for line in done.stdout.splitlines()
+            if line.startswith("| synth/")}  # fmt: skip
+    assert rows["synth/version/drops_fids"] == ["passed", "skipped"]  # needs the synth test tree
+    assert rows["synth/version/basic"] == ["passed", "passed"]
+    first = next(line for line in done.stdout.splitlines() if line.startswith("| synth/"))
+    assert "skipped" in first  # differences come first
+
+
+def test_repl_session(qemu_under_test: QemuUnderTest) -> None:
+    script = "\n".join(
+        [
+            "Twalk fid=0 newfid=1 wnames=['WALK0']",
+            "Twalk fid=0 newfid=2 wnames=['nope']",
+            "fids",
+            "raw 1300000018000000000000ff3f000000000000",
+            "Tgetattr",
+            "quit",
+        ]
+    )
+    done = harness("repl", "--qemu-binary", str(qemu_under_test.binary), stdin=script)
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "<-- Rwalk(qids=[{type=128, version=0, path=1}])" in out
+    assert "<-- Rlerror ENOENT (2)" in out
+    assert "[0, 1]" in out
+    assert "<-- Rgetattr(valid=6143" in out
+    assert "Tgetattr needs fid, request_mask" in out
+
+
+def test_repl_completes_names_and_fields() -> None:
+    repl = Repl(session=None)  # type: ignore[arg-type]
+    assert repl.completenames("Tw") == ["Twalk", "Twrite"]
+    assert repl.completedefault("n", "Twalk fid=0 n", 13, 14) == ["newfid="]
+    assert repl.completedefault("", "Tclunk ", 7, 7) == ["fid=", "tag="]
+
+
+def test_live_trace_prints_every_message(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    proc = run_pytest(tmp_path, qemu_under_test, "--trace-9p", "-k", "tools/walks", source=CASES)
+    out, _ = proc.communicate(timeout=60)
+    assert "--> tag=0 Twalk(fid=0, newfid=1, wnames=['WALK0'])" in out
+    assert "<-- tag=0 Rlerror ENOENT (2)" in out
+    assert out.index("Twalk(fid=0, newfid=1") < out.index("1 passed")  # printed as it went
