@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml
 	  echo "installing python3-venv (Debian's python needs it for virtualenvs)"; \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,plot]'
 	touch $@
 
 qemu: venv

@@ -29,11 +29,29 @@ def main(argv: list[str] | None = None) -> int:
 
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
-    rtt = bench_sub.add_parser("rtt", help="qtest and sequential 9P round trips per second")
-    rtt.add_argument("--qemu-binary")
+
+    def common(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--qemu", action="append", help="a binary to measure (repeat to compare: B/A per row)")
+        parser.add_argument("--qemu-binary", help="the same as one --qemu")
+        parser.add_argument("--json", help="write the results to this file")
+        parser.add_argument("--plot", help="draw the results into this PNG (needs matplotlib)")
+
+    rtt = bench_sub.add_parser("rtt", help="qtest and 9P round trips per second, 1/8/32/128 in flight")
+    common(rtt)
     rtt.add_argument("--transport", choices=("modern", "legacy"), default="modern")
     rtt.add_argument("--seconds", type=float, default=2.0, help="time spent on each measurement")
-
+    readdir = bench_sub.add_parser("readdir", help="Treaddir latency on synth and on large local directories")
+    common(readdir)
+    readdir.add_argument("--files", type=int, action="append", help="local directory sizes (default 2000 10000 100000)")
+    readdir.add_argument("--msize", type=int, action="append", help="msize values (default 8192 1048576)")
+    readdir.add_argument("--count", type=int, action="append", default=[], help="split counts besides msize - 11")
+    readdir.add_argument("--runs", type=int, default=20, help="listings measured per row (after 2 warm-ups)")
+    readdir.add_argument("--quick", action="store_true", help="smoke mode: tiny directories, 2 runs")
+    io = bench_sub.add_parser("io", help="Twrite then Tread of a large file against msize")
+    common(io)
+    io.add_argument("--size", type=int, default=256, help="file size in MiB (default 256)")
+    io.add_argument("--msize", type=int, action="append", help="msize values (default 8 KiB … 4,186,112)")
+    io.add_argument("--quick", action="store_true", help="smoke mode: 2 MiB, two msizes")
     suite = bench_sub.add_parser("suite", help="QEMU's 27 cases: our pytest run against QEMU's qos-test")
     suite.add_argument("--qemu-binary")
     suite.add_argument("--rounds", type=int, default=5)
@@ -79,10 +97,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from harness.doctor import doctor
 
         return doctor(args.qemu_binary)
-    if args.command == "bench" and args.bench == "rtt":
-        from harness.bench import bench_rtt
-
-        return bench_rtt(args.qemu_binary, args.transport, args.seconds)
+    if args.command == "bench" and args.bench in ("rtt", "readdir", "io"):
+        return _bench(args)
     if args.command == "bench" and args.bench == "suite":
         from harness.bench import bench_suite
 
@@ -118,6 +134,28 @@ def _dispatch(args: argparse.Namespace) -> int:
         found.require_usable()
         return report(binary, found.accel, args.transport, args.record)
     raise AssertionError(args)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from harness import bench, provision
+
+    names = (args.qemu or []) + ([args.qemu_binary] if args.qemu_binary else [])
+    binaries = [provision.find_qemu(name)[0] for name in names] or [provision.find_qemu()[0]]
+    tables = []
+    for binary in binaries:
+        if args.bench == "rtt":
+            tables.append(bench.rtt_table(binary, args.transport, args.seconds))
+        elif args.bench == "readdir":
+            sizes = [20, 200] if args.quick else args.files or [2000, 10000, 100000]
+            msizes = args.msize or ([8192] if args.quick else [8192, 1 << 20])
+            tables.append(bench.readdir_table(binary, sizes, msizes, 2 if args.quick else args.runs, args.count))
+        else:
+            msizes = args.msize or (
+                [8192, 1 << 20] if args.quick else [8192, 128 << 10, 512 << 10, 1 << 20, 2 << 20, 4186112]
+            )
+            tables.append(bench.io_table(binary, (2 if args.quick else args.size) << 20, msizes))
+    bench.present(tables, binaries, args.json, args.plot)
+    return 0
 
 
 if __name__ == "__main__":

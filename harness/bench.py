@@ -1,25 +1,68 @@
-"""Benchmarks: commands that print tables, never timed tests."""
+"""Benchmarks: commands that print tables, never timed tests.
+
+``bench rtt``, ``bench readdir`` and ``bench io`` measure one or more QEMU binaries (``--qemu A
+--qemu B``: both are printed, with B/A per row), write ``--json FILE`` and draw ``--plot FILE.png``
+(matplotlib, the ``plot`` extra). Server time is from the kick reaching QEMU to the poll that finds
+the used entry (one poll round trip of resolution); the rest of a request's time is the harness's.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tabulate import tabulate
 
 from harness import provision
 from harness.errors import HarnessError, ProvisionError
-from harness.machine import MachineConfig
-from harness.p9.connect import connect
+from harness.machine import FsConfig, LocalFs, MachineConfig, SynthFs
+from harness.p9 import wire
+from harness.p9.connect import Connection, connect
+from harness.p9.transport import ChainLayout
 from harness.qemu_suite import QEMU_72_CASES, QOS_PREFIX, firmware_wrapper, keyword_expression
 from harness.virtio_pci import Transport
+
+PROJECT = Path(__file__).resolve().parent.parent
+#: 128 requests in flight only fit the 128-entry ring as one indirect descriptor each
+INDIRECT = ChainLayout(indirect=True)
+
+
+@dataclass
+class Table:
+    """One bench's result on one binary: ``keys`` columns name a row, ``values`` columns measure it."""
+
+    title: str
+    keys: list[str]
+    values: list[str]
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    #: the value column compared between binaries (B / A)
+    compare: str = ""
+
+
+def stats(samples: Sequence[float]) -> tuple[float, float, float, float]:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+    return ordered[0], statistics.median(ordered), statistics.fmean(ordered), p95
+
+
+def machine_config(binary: Path, fs: FsConfig, transport: Transport = "modern") -> MachineConfig:
+    found = provision.probe(binary)
+    found.require_usable()
+    return MachineConfig(binary=binary, fs=fs, transport=transport, accel=found.accel, ram_mib=512)
+
+
+# -- rtt ------------------------------------------------------------------------------------------
 
 
 def _rate(seconds: float, step: Callable[[], int]) -> tuple[int, float]:
@@ -32,12 +75,9 @@ def _rate(seconds: float, step: Callable[[], int]) -> tuple[int, float]:
     return done, done / elapsed
 
 
-def bench_rtt(explicit: str | None, transport: Transport, seconds: float) -> int:
-    binary, _ = provision.find_qemu(explicit)
-    found = provision.probe(binary)
-    found.require_usable()
-    config = MachineConfig(binary=binary, transport=transport, accel=found.accel)
-    with connect(config) as conn:
+def rtt_table(binary: Path, transport: Transport, seconds: float) -> Table:
+    table = Table("round trips", ["measurement"], ["ops", "ops/s", "µs/op", "socket writes/op"], compare="ops/s")
+    with connect(machine_config(binary, SynthFs(), transport)) as conn:
         qt, session = conn.machine.qtest, conn.session
         status_addr = conn.transport.queue.layout.used + 2
 
@@ -49,27 +89,223 @@ def bench_rtt(explicit: str | None, transport: Transport, seconds: float) -> int
             qt.exchange([f"readw {status_addr:#x}"] * 100)
             return 100
 
-        def getattr_one() -> int:
-            session.getattr(0)
+        def sequential() -> int:
+            session.getattr(0, wire.GETATTR_BASIC)
             return 1
 
-        rows = []
-        for name, step in (
-            ("qtest readw, sequential", qtest_one),
-            ("qtest readw, 100 pipelined", qtest_batch),
-            ("9P Tgetattr on the root, sequential", getattr_one),
-        ):
+        def in_flight(k: int) -> Callable[[], int]:
+            def step() -> int:
+                pending = [
+                    session.send("Tgetattr", fid=0, request_mask=wire.GETATTR_BASIC, layout=INDIRECT) for _ in range(k)
+                ]
+                for p in pending:
+                    p.result()
+                return k
+
+            return step
+
+        steps = [("qtest readw, sequential", qtest_one), ("qtest readw, 100 pipelined", qtest_batch)]
+        steps += [("9P Tgetattr on the root, sequential", sequential)]
+        steps += [(f"9P Tgetattr, {k} in flight (indirect)", in_flight(k)) for k in (1, 8, 32, 128)]
+        for name, step in steps:
             before = qt.round_trips
             count, rate = _rate(seconds, step)
             per_op = (qt.round_trips - before) / count
-            rows.append((name, count, f"{rate:,.0f}", f"{1e6 / rate:.1f}", f"{per_op:.2f}"))
+            table.rows.append((name, count, round(rate), round(1e6 / rate, 1), round(per_op, 2)))
         session.clunk(0)
-    print(f"QEMU {found.version} ({binary}), transport {transport}, accel {found.accel}")
-    print(tabulate(rows, headers=("measurement", "ops", "ops/s", "µs/op", "socket writes/op"), tablefmt="github"))
-    return 0
+    return table
 
 
-PROJECT = Path(__file__).resolve().parent.parent
+# -- readdir --------------------------------------------------------------------------------------
+
+
+def _local_dir(root: Path, files: int) -> Path:
+    """A directory of ``files`` empty files, made once per bench run."""
+    where = root / f"dir{files}"
+    if not where.exists():
+        where.mkdir()
+        fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for i in range(files):
+                os.close(os.open(f"ReadDirFile{i}", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+        finally:
+            os.close(fd)
+    return where
+
+
+def readdir_table(binary: Path, sizes: Sequence[int], msizes: Sequence[int], runs: int, counts: Sequence[int]) -> Table:
+    table = Table(
+        "Treaddir",
+        ["backend", "files", "msize", "count"],
+        ["Treaddir/listing", "server min ms", "server median ms", "server mean ms", "server p95 ms", "client median ms",
+         "harness median ms"],
+        compare="server median ms",
+    )  # fmt: skip
+    export = Path(tempfile.mkdtemp(prefix="v9p-bench-readdir-"))
+    try:
+        places: list[tuple[str, FsConfig, list[str], int]] = [("synth", SynthFs(), ["ReadDirDir"], 100)]
+        places += [("local", LocalFs(export), [_local_dir(export, n).name], n) for n in sizes]
+        for backend, fs, path, files in places:
+            with connect(machine_config(binary, fs), msize=None) as conn:
+                for msize in msizes:
+                    for count in [msize - wire.RREADDIR_HEADER, *counts]:
+                        table.rows.append(
+                            (backend, files, msize, count, *_readdir_runs(conn, path, msize, count, runs))
+                        )
+    finally:
+        shutil.rmtree(export, ignore_errors=True)
+    return table
+
+
+def _readdir_runs(conn: Connection, path: list[str], msize: int, count: int, runs: int) -> tuple[Any, ...]:
+    session = conn.session
+    session.version(msize)
+    session.attach(0)
+    server: list[float] = []
+    client: list[float] = []
+    requests = 0
+    for run in range(runs + 2):  # two warm-up listings
+        fid, _ = session.walk(0, path)
+        session.lopen(fid, os.O_DIRECTORY)
+        offset, listing = 0, 0
+        while True:
+            start = time.perf_counter()
+            reply = session.send("Treaddir", fid=fid, offset=offset, count=count).wait()
+            took = time.perf_counter() - start
+            entries = reply.message.entries if reply.message is not None else []
+            if run >= 2:
+                server.append(reply.server_seconds)
+                client.append(took)
+            listing += 1
+            if not entries:
+                break
+            offset = entries[-1]["offset"]
+        requests = listing
+        session.clunk(fid)
+    session.clunk(0)
+    s_min, s_med, s_mean, s_p95 = stats(server)
+    c_med = statistics.median(client)
+    ms = [round(v * 1000, 3) for v in (s_min, s_med, s_mean, s_p95, c_med, c_med - s_med)]
+    return (requests, *ms)
+
+
+# -- io -------------------------------------------------------------------------------------------
+
+
+def io_table(binary: Path, size: int, msizes: Sequence[int]) -> Table:
+    table = Table(
+        "Twrite then Tread of one file",
+        ["msize"],
+        ["MiB", "write MB/s", "read MB/s", "wall s", "server s", "harness transfer s", "transfer share"],
+        compare="read MB/s",
+    )
+    export = Path(tempfile.mkdtemp(prefix="v9p-bench-io-"))
+    try:
+        with connect(machine_config(binary, LocalFs(export)), msize=None) as conn:
+            for msize in msizes:
+                table.rows.append((msize, *_io_run(conn, export, size, msize)))
+    finally:
+        shutil.rmtree(export, ignore_errors=True)
+    return table
+
+
+def _io_run(conn: Connection, export: Path, size: int, msize: int) -> tuple[Any, ...]:
+    session, transport = conn.session, conn.transport
+    session.version(msize)
+    session.attach(0)
+    chunk = msize - wire.IOHDRSZ
+    block = (bytes(range(256)) * (chunk // 256 + 1))[:chunk]
+    fid, _ = session.walk(0, [])
+    session.lcreate(fid, f"io-{msize}", os.O_RDWR | os.O_TRUNC, 0o600)
+    server = 0.0
+    transfer_before = transport.transfer_seconds
+    start = time.perf_counter()
+    for offset in range(0, size, chunk):
+        reply = session.send("Twrite", fid=fid, offset=offset, data=block[: min(chunk, size - offset)]).wait()
+        server += reply.server_seconds
+    wrote = time.perf_counter()
+    for offset in range(0, size, chunk):
+        reply = session.send("Tread", fid=fid, offset=offset, count=min(chunk, size - offset)).wait()
+        server += reply.server_seconds
+    done = time.perf_counter()
+    transfer = transport.transfer_seconds - transfer_before
+    session.clunk(fid)
+    session.clunk(0)
+    (export / f"io-{msize}").unlink()
+    mb = size / 1e6
+    wall = done - start
+    return (round(size / 2**20, 1), round(mb / (wrote - start), 1), round(mb / (done - wrote), 1), round(wall, 3),
+            round(server, 3), round(transfer, 3), f"{transfer / wall:.0%}")  # fmt: skip
+
+
+# -- presenting ------------------------------------------------------------------------------------
+
+
+def present(tables: list[Table], binaries: list[Path], json_path: str | None, plot_path: str | None) -> None:
+    first = tables[0]
+    print(f"{first.title} — " + "; ".join(f"{chr(65 + i)} = {b}" for i, b in enumerate(binaries)))
+    if len(tables) == 1:
+        print(tabulate(first.rows, headers=[*first.keys, *first.values], tablefmt="github"))
+    else:
+        at = first.values.index(first.compare)
+        headers = [*first.keys, *(f"{chr(65 + i)} {first.compare}" for i in range(len(tables)))]
+        headers += [f"{chr(65 + i)}/A" for i in range(1, len(tables))]
+        rows = []
+        for index, row in enumerate(first.rows):
+            values = [t.rows[index][len(first.keys) + at] for t in tables]
+            ratios = [f"{v / values[0]:.2f}" if values[0] else "-" for v in values[1:]]
+            rows.append((*row[: len(first.keys)], *values, *ratios))
+        print(tabulate(rows, headers=headers, tablefmt="github"))
+    if json_path:
+        data = {
+            "bench": first.title,
+            "binaries": [str(b) for b in binaries],
+            "columns": [*first.keys, *first.values],
+            "results": {str(b): [list(r) for r in t.rows] for b, t in zip(binaries, tables, strict=True)},
+        }
+        Path(json_path).write_text(json.dumps(data, indent=1) + "\n")
+        print(f"wrote {json_path}")
+    if plot_path:
+        plot(tables, binaries, Path(plot_path))
+        print(f"wrote {plot_path}")
+
+
+def plot(tables: list[Table], binaries: list[Path], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        raise HarnessError("--plot needs matplotlib: pip install -e '.[plot]' (make venv installs it)") from err
+    first = tables[0]
+    x_col = {"Treaddir": "files", "Twrite then Tread of one file": "msize"}.get(first.title, first.keys[0])
+    columns = [*first.keys, *first.values]
+    xi, yi = columns.index(x_col), columns.index(first.compare)
+    figure, axes = plt.subplots(figsize=(7, 4))
+    for label, table in zip(binaries, tables, strict=True):
+        groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+        for row in table.rows:
+            key = tuple(v for i, v in enumerate(row[: len(first.keys)]) if i != xi and columns[i] != "backend")
+            groups.setdefault(key, []).append(row)
+        for key, rows in groups.items():
+            rows.sort(key=lambda r: r[xi])
+            name = f"{label.parent.name}" + (
+                f" {dict(zip([c for c in first.keys if c not in (x_col, 'backend')], key, strict=False))}"
+                if key
+                else ""
+            )
+            axes.plot([r[xi] for r in rows], [r[yi] for r in rows], marker="o", label=name)
+    axes.set_xscale("log")
+    axes.set_xlabel(x_col)
+    axes.set_ylabel(first.compare)
+    axes.set_title(first.title)
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
+# -- suite: ours against QEMU's qos-test ----------------------------------------------------------
 
 
 def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, str, int]:

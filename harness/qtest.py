@@ -25,6 +25,11 @@ log = logging.getLogger(__name__)
 
 #: Largest payload of a single ``b64write`` line; QEMU slows down sharply on multi-MiB lines.
 B64WRITE_CHUNK = 64 * 1024
+#: Largest span of a single ``b64read`` line (measured: 240 MB/s at 64 KiB, 123 MB/s at 2 MiB).
+B64READ_CHUNK = 64 * 1024
+#: Posted text is sent once it passes this: QEMU's qtest reader rescans and shifts its whole input
+#: buffer for every line, so tens of megabytes sent at once take minutes.
+POST_LIMIT = 1 << 20
 
 LostHook = Callable[[QTestError], Exception | None]
 
@@ -42,6 +47,7 @@ class QTest:
         self._chunk = bytearray(1 << 20)
         self._chunk_view = memoryview(self._chunk)
         self._posted: list[str] = []
+        self._posted_bytes = 0
         self._on_lost = on_lost
         self.irq_levels: dict[int, bool] = {}
         self.irq_log: list[tuple[str, int]] = []
@@ -70,6 +76,9 @@ class QTest:
     def post(self, line: str) -> None:
         """Queue a command whose reply must be a bare ``OK``; it is sent with the next query."""
         self._posted.append(line)
+        self._posted_bytes += len(line)
+        if self._posted_bytes > POST_LIMIT:
+            self.flush()
 
     def flush(self) -> None:
         """Send every posted command now and check its ``OK``."""
@@ -85,6 +94,7 @@ class QTest:
         everything = self._posted
         everything.extend(lines)
         self._posted = []
+        self._posted_bytes = 0
         self._send("\n".join(everything) + "\n")
         replies = self._read_replies(len(everything))
         payloads: list[str] = []
@@ -203,10 +213,12 @@ class QTest:
         self.post(f"writeq {addr:#x} {value:#x}")
 
     def memread(self, addr: int, size: int) -> bytes:
-        """Read guest memory with ``b64read`` (``read X 0`` would abort QEMU, so 0 is local)."""
-        if size == 0:
-            return b""
-        return self._b64decode(self.query(f"b64read {addr:#x} {size:#x}"), size)
+        """Read guest memory with ``b64read`` (``read X 0`` would abort QEMU, so 0 is local); large
+        spans as several lines of :data:`B64READ_CHUNK` in one exchange."""
+        if size <= B64READ_CHUNK:
+            return self._b64decode(self.query(f"b64read {addr:#x} {size:#x}"), size) if size else b""
+        spans = [(at, min(B64READ_CHUNK, addr + size - at)) for at in range(addr, addr + size, B64READ_CHUNK)]
+        return b"".join(self.memread_many(spans))
 
     def memread_many(self, spans: Iterable[tuple[int, int]]) -> list[bytes]:
         """Several ``b64read`` in one socket write."""

@@ -57,6 +57,8 @@ class Reply:
     message: wire.Message | None  # None when the device returned the buffer empty (a flush)
     #: Completion order on the used ring (0 = first since the device was brought up).
     order: int
+    #: The server's time for this request (see transport.Completion.server_seconds).
+    server_seconds: float = 0.0
 
 
 class Pending:
@@ -193,7 +195,7 @@ class Session:
             note = "(reply buffer returned empty)"
             self.history.append(Record(time.monotonic(), "<--", pending.tag, b"", None, head, 0, note))
             log.debug("<-- tag=%s (buffer returned empty)", pending.tag)
-            return Reply(0, frame, None, completion.order)
+            return Reply(0, frame, None, completion.order, completion.server_seconds)
         try:
             message = wire.decode(frame)
         except P9ProtocolError:
@@ -205,7 +207,7 @@ class Session:
         log.debug("<-- tag=%d %s", message.tag, message)
         if pending.request is not None:
             self._track(pending.request, message)
-        return Reply(completion.used_len, frame, message, completion.order)
+        return Reply(completion.used_len, frame, message, completion.order, completion.server_seconds)
 
     def _track(self, request: wire.Message, reply: wire.Message) -> None:
         """Keep the fid set and the session state in step with what the server did."""

@@ -83,6 +83,8 @@ class Request:
     in_size: int
     chain: tuple[Buffer, ...]
     blocks: tuple[int, ...]
+    #: perf_counter() when the kick had reached QEMU
+    submitted_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,9 @@ class Completion:
     reply: bytes
     #: Position of this entry in the used ring since bring-up: the order the device completed in.
     order: int
+    #: From the kick reaching QEMU to the return of the poll that found the used entry: the server's
+    #: time, at most one poll round trip (tens of microseconds) too long.
+    server_seconds: float = 0.0
 
 
 class VirtioTransport:
@@ -125,6 +130,8 @@ class VirtioTransport:
         self._done.clear()
         self._completed = 0
         self.notifications = self.suppressed_notifications = 0
+        #: seconds spent moving frames into guest memory and replies out of it (the harness's share)
+        self.transfer_seconds = 0.0
         self.dev = open_virtio_pci(PCIBus(qt), DEVICE_TYPE_9P, self.machine.config.transport)
         #: Device status read back at each step of this bring-up: 0, 1, 3, (0xb), 0xf / 0x7.
         self.status_history: list[int] = []
@@ -176,9 +183,12 @@ class VirtioTransport:
             for block in blocks:
                 self.alloc.free(block)
             raise
+        started = time.perf_counter()
         qt.memwrite(out_addr, frame)
         self._notify(old)
-        request = Request(head, out_addr, in_addr, reply_capacity, chain, tuple(blocks))
+        now = time.perf_counter()
+        self.transfer_seconds += now - started  # the frame into guest memory, with the kick
+        request = Request(head, out_addr, in_addr, reply_capacity, chain, tuple(blocks), now)
         self._in_flight[head] = request
         return request
 
@@ -223,8 +233,8 @@ class VirtioTransport:
     def _poll(self, awaited: Request | None) -> None:
         qt = self.machine.qtest
         spans = [(awaited.in_addr, min(READ_AHEAD, awaited.in_size))] if awaited else []
-        # the writes that submit() posted go out in this same exchange
         elems, ahead = self.queue.poll(spans)
+        seen = time.perf_counter()
         for elem in elems:
             request = self._in_flight.pop(elem.head)
             if elem.length > request.in_size:
@@ -234,13 +244,15 @@ class VirtioTransport:
             if request is awaited and elem.length <= len(ahead[0]):
                 reply = ahead[0][: elem.length]
             else:
+                started = time.perf_counter()
                 reply = qt.memread(request.in_addr, elem.length)
-            self._finish(request, elem, reply)
+                self.transfer_seconds += time.perf_counter() - started
+            self._finish(request, elem, reply, seen - request.submitted_at)
 
-    def _finish(self, request: Request, elem: UsedElem, reply: bytes) -> None:
+    def _finish(self, request: Request, elem: UsedElem, reply: bytes, server: float) -> None:
         for block in request.blocks:
             self.alloc.free(block)
-        self._done[request.head] = Completion(request, elem.length, reply, self._completed)
+        self._done[request.head] = Completion(request, elem.length, reply, self._completed, server)
         self._completed += 1
 
     def _check_health(self) -> None:
