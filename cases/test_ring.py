@@ -209,3 +209,18 @@ def test_event_idx(attached: Session, device: Device, transport: str) -> None:
     submitted = transport_.notifications + transport_.suppressed_notifications - before
     assert submitted == 20 * 32
     assert transport_.notifications >= 1
+
+
+@qos("ring/burst/{transport}", backends=["synth"], transport=TRANSPORTS)
+def test_ring_burst(attached: Session, transport: str) -> None:
+    """128 requests in one socket write, four times: each answered under its own tag with its own
+    reply (QEMU pops entries while the write is still arriving: a driver that published an entry
+    before filling its buffer got "type 0" Rlerrors here)."""
+    p9 = attached
+    root = p9.getattr(0).qid
+    for _ in range(4):
+        with p9.batch():
+            burst = [p9.send("Tgetattr", fid=0, request_mask=wire.GETATTR_BASIC, layout=INDIRECT) for _ in range(128)]
+        for pending in burst:
+            reply = pending.result()
+            assert reply.tag == pending.tag and reply.qid == root

@@ -95,9 +95,11 @@ def rtt_table(binary: Path, transport: Transport, seconds: float) -> Table:
 
         def in_flight(k: int) -> Callable[[], int]:
             def step() -> int:
-                pending = [
-                    session.send("Tgetattr", fid=0, request_mask=wire.GETATTR_BASIC, layout=INDIRECT) for _ in range(k)
-                ]
+                with session.batch():
+                    pending = [
+                        session.send("Tgetattr", fid=0, request_mask=wire.GETATTR_BASIC, layout=INDIRECT)
+                        for _ in range(k)
+                    ]
                 for p in pending:
                     p.result()
                 return k

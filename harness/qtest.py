@@ -217,15 +217,15 @@ class QTest:
         spans as several lines of :data:`B64READ_CHUNK` in one exchange."""
         if size <= B64READ_CHUNK:
             return self._b64decode(self.query(f"b64read {addr:#x} {size:#x}"), size) if size else b""
-        spans = [(at, min(B64READ_CHUNK, addr + size - at)) for at in range(addr, addr + size, B64READ_CHUNK)]
-        return b"".join(self.memread_many(spans))
+        return self.memread_many([(addr, size)])[0]
 
     def memread_many(self, spans: Iterable[tuple[int, int]]) -> list[bytes]:
-        """Several ``b64read`` in one socket write."""
+        """Several reads in one socket write (spans above :data:`B64READ_CHUNK` in several lines)."""
         spans = list(spans)
-        lines = [f"b64read {addr:#x} {size:#x}" for addr, size in spans if size]
-        payloads = iter(self.exchange(lines))
-        return [self._b64decode(next(payloads), size) if size else b"" for _, size in spans]
+        pieces = [[(at, min(B64READ_CHUNK, addr + size - at)) for at in range(addr, addr + size, B64READ_CHUNK)]
+                  for addr, size in spans]  # fmt: skip
+        payloads = iter(self.exchange([f"b64read {at:#x} {n:#x}" for piece in pieces for at, n in piece]))
+        return [b"".join(self._b64decode(next(payloads), n) for _, n in piece) for piece in pieces]
 
     def memwrite(self, addr: int, data: bytes) -> None:
         """Post ``b64write`` lines of at most :data:`B64WRITE_CHUNK` bytes each."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 from collections.abc import Callable
 
@@ -28,6 +29,9 @@ class FakeTransport:
         self.sent.append(frame)
         self._next += 1
         return Request(self._next, 0, 0, reply_capacity, (Buffer(0, len(frame)),), ())
+
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
     def wait(self, request: Request, timeout: float) -> Completion | None:
         reply = self.answer(wire.decode(self.sent[request.head - 1]))

@@ -37,6 +37,8 @@ HISTORY = 256
 
 
 class FrameTransport(Protocol):
+    def batch(self) -> contextlib.AbstractContextManager[None]: ...
+
     def submit(self, frame: bytes, reply_capacity: int, layout: ChainLayout = ...) -> Request: ...
     def wait(self, request: Request, timeout: float) -> Completion | None: ...
 
@@ -151,6 +153,10 @@ class Session:
         with contextlib.suppress(P9ProtocolError):
             request = wire.decode(frame)
         return self._submit(request, frame, reply_capacity, layout)
+
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """``with session.batch(): ...``: the requests sent inside reach QEMU in one socket write."""
+        return self.transport.batch()
 
     def rpc(self, name: str, /, **fields: Any) -> wire.Message:
         """``send`` then ``result``."""
