@@ -93,6 +93,8 @@ class QTest:
         """Send posted commands and ``lines`` in one write; return the ``OK`` payloads of ``lines``."""
         everything = self._posted
         everything.extend(lines)
+        if not everything:
+            return []  # an empty line would make QEMU abort (qtest_process_command asserts on it)
         self._posted = []
         self._posted_bytes = 0
         self._send("\n".join(everything) + "\n")

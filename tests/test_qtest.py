@@ -136,3 +136,12 @@ def test_malformed_irq_line() -> None:
         qt.query("x")
     qt.close()
     fake.close()
+
+
+def test_nothing_to_say_sends_nothing(qt: QTest, peer: FakeQTestPeer) -> None:
+    """An empty line makes QEMU abort (qtest_process_command asserts on it): never send one."""
+    assert qt.memread_many([(0x1000, 0)]) == [b""]
+    assert qt.exchange([]) == []
+    qt.flush()
+    assert qt.inb(0x60) == 0xFF
+    assert peer.received == ["inb 0x60"] and qt.round_trips == 1
