@@ -42,7 +42,7 @@ INDIRECT = ChainLayout(indirect=True)
 class Table:
     """One bench's result on one binary: ``keys`` columns name a row, ``values`` columns measure it."""
 
-    title: str
+    title: str  # per whole directory listing for Treaddir
     keys: list[str]
     values: list[str]
     rows: list[tuple[Any, ...]] = field(default_factory=list)
@@ -139,8 +139,8 @@ def readdir_table(binary: Path, sizes: Sequence[int], msizes: Sequence[int], run
     table = Table(
         "Treaddir",
         ["backend", "files", "msize", "count"],
-        ["Treaddir/listing", "server min ms", "server median ms", "server mean ms", "server p95 ms", "client median ms",
-         "harness median ms"],
+        ["Treaddir/listing", "server min ms", "server median ms", "server mean ms", "server p95 ms", "server max ms",
+         "client median ms", "harness median ms"],
         compare="server median ms",
     )  # fmt: skip
     export = Path(tempfile.mkdtemp(prefix="v9p-bench-readdir-"))
@@ -169,25 +169,24 @@ def _readdir_runs(conn: Connection, path: list[str], msize: int, count: int, run
     for run in range(runs + 2):  # two warm-up listings
         fid, _ = session.walk(0, path)
         session.lopen(fid, os.O_DIRECTORY)
-        offset, listing = 0, 0
+        offset, listing, listing_server, start = 0, 0, 0.0, time.perf_counter()
         while True:
-            start = time.perf_counter()
             reply = session.send("Treaddir", fid=fid, offset=offset, count=count).wait()
-            took = time.perf_counter() - start
             entries = reply.message.entries if reply.message is not None else []
-            if run >= 2:
-                server.append(reply.server_seconds)
-                client.append(took)
+            listing_server += reply.server_seconds
             listing += 1
             if not entries:
                 break
             offset = entries[-1]["offset"]
+        if run >= 2:  # one sample per whole listing, as the original benchmark timed a directory read
+            server.append(listing_server)
+            client.append(time.perf_counter() - start)
         requests = listing
         session.clunk(fid)
     session.clunk(0)
     s_min, s_med, s_mean, s_p95 = stats(server)
     c_med = statistics.median(client)
-    ms = [round(v * 1000, 3) for v in (s_min, s_med, s_mean, s_p95, c_med, c_med - s_med)]
+    ms = [round(v * 1000, 3) for v in (s_min, s_med, s_mean, s_p95, max(server), c_med, c_med - s_med)]
     return (requests, *ms)
 
 
