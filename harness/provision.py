@@ -22,7 +22,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -306,7 +306,3 @@ def qos_test_for(binary: Path) -> Path | None:
     """QEMU's own C qos-test built beside ``binary`` by ``qemu build --with-qos-test``."""
     candidate = binary.parent / "qos-test"
     return candidate if candidate.is_file() else None
-
-
-def probe_dict(p: Probe) -> dict[str, object]:
-    return asdict(p)

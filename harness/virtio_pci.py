@@ -9,7 +9,7 @@ import abc
 from dataclasses import dataclass
 from typing import Literal
 
-from harness.errors import DeviceError, DeviceNeedsReset, DeviceNotFound, NegotiationError
+from harness.errors import DeviceError, DeviceNotFound, NegotiationError
 from harness.pci import CAP_ID_VENDOR, Bar, PCIBus, PCIDevice
 from harness.virtqueue import RingLayout
 
@@ -88,11 +88,6 @@ class VirtioPCI(abc.ABC):
     def set_queue_vector(self, index: int, vector: int) -> int:
         """Point queue ``index`` at MSI-X ``vector``; returns what the device read back
         (NO_VECTOR, 0xffff, if it refused)."""
-
-    def check_healthy(self, stderr_tail: str = "") -> None:
-        status = self.get_status()
-        if status & STATUS_NEEDS_RESET:
-            raise DeviceNeedsReset(status, stderr_tail)
 
 
 class ModernVirtioPCI(VirtioPCI):

@@ -78,3 +78,15 @@ def test_fresh_qemu_marker_gives_a_process_of_its_own(tmp_path: Path, qemu_under
     proc = run_pytest(tmp_path, qemu_under_test, source=source)
     out, _ = proc.communicate(timeout=60)
     assert out.strip().splitlines()[-1].startswith("3 passed"), out
+
+
+def test_clock_commands_on_the_qtest_accelerator(qemu_under_test: QemuUnderTest) -> None:
+    """clock_step and clock_set move QEMU's virtual clock only under the qtest accelerator."""
+    config = MachineConfig(binary=qemu_under_test.binary, accel=qemu_under_test.probe.accel)
+    with Machine(config) as machine:
+        qt = machine.qtest
+        now = qt.clock_step(100)
+        assert qt.clock_set(now + 1_000_000) == now + 1_000_000
+        qt.writeq(0x200000, 0x1122334455667788)
+        assert qt.readq(0x200000) == 0x1122334455667788
+        assert qt.hexread(0x200000, 2) == b"\x88\x77"

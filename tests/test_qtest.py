@@ -145,3 +145,37 @@ def test_nothing_to_say_sends_nothing(qt: QTest, peer: FakeQTestPeer) -> None:
     qt.flush()
     assert qt.inb(0x60) == 0xFF
     assert peer.received == ["inb 0x60"] and qt.round_trips == 1
+
+
+def test_every_command_sends_its_line_and_parses_its_reply() -> None:
+    """Each command of system/qtest.c: the line it sends and what it makes of QEMU's answer."""
+    answers = {
+        "readq": "OK 0x0123456789abcdef",
+        "clock_step": "OK 1000",
+        "clock_set": "OK 5000",
+        "endianness": "OK little",
+    }
+    fake = FakeQTestPeer(lambda line: [answers.get(line.split()[0], "OK")])
+    qt = QTest(fake.ours, timeout=0.5)
+    qt.outw(0x510, 3)
+    qt.writeb(0x1000, 1)
+    qt.writew(0x1002, 2)
+    qt.writeq(0x1008, 0x1122334455667788)
+    qt.hexwrite(0x2000, b"\x01\x02")
+    qt.memset(0x3000, 16, 0xAA)
+    assert qt.readq(0x1008) == 0x0123456789ABCDEF
+    assert qt.clock_step() == 1000 and qt.clock_step(100) == 1000 and qt.clock_set(5000) == 5000
+    assert qt.endianness() == "little"
+    qt.irq_intercept_in("ioapic")
+    qt.irq_intercept_out("/machine/unattached/device[0]", "irq")
+    qt.set_irq_in("/machine/ioapic", "unnamed-gpio-in", 11, 1)
+    qt.module_load("accel", "qtest")
+    assert fake.received == [
+        "outw 0x510 0x3", "writeb 0x1000 0x1", "writew 0x1002 0x2", "writeq 0x1008 0x1122334455667788",
+        "write 0x2000 0x2 0x0102", "memset 0x3000 0x10 0xaa", "readq 0x1008", "clock_step", "clock_step 100",
+        "clock_set 5000", "endianness", "irq_intercept_in ioapic",
+        "irq_intercept_out /machine/unattached/device[0] irq", "set_irq_in /machine/ioapic unnamed-gpio-in 11 1",
+        "module_load accel qtest",
+    ]  # fmt: skip
+    qt.close()
+    fake.close()

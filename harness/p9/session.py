@@ -334,10 +334,6 @@ class Session:
 
     # -- end --------------------------------------------------------------------------------------
 
-    @property
-    def outstanding(self) -> list[Pending]:
-        return list(self._tags.values())
-
     def close(self, *, check: bool = True) -> None:
         """Close the session; with ``check``, raise :class:`LeakError` for open tags or fids."""
         if self.state is State.CLOSED:

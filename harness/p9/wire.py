@@ -212,11 +212,6 @@ class Message:
     tag: int
     fields: Mapping[str, Any]
 
-    @property
-    def type_number(self) -> int:
-        """The message's type byte (``type`` is a field of Rstatfs, Tlock and others)."""
-        return BY_NAME[self.name].type
-
     def __getattr__(self, key: str) -> Any:
         try:
             return self.fields[key]
