@@ -104,18 +104,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return bench_suite(args.qemu_binary, args.rounds)
     if args.command == "repl":
-        import tempfile
-        from pathlib import Path
-
-        from harness.machine import LocalFs, MachineConfig, SynthFs
         from harness.repl import repl as run_repl
 
         binary, _ = provision.find_qemu(args.qemu_binary)
-        found = provision.probe(binary)
-        found.require_usable()
-        export = Path(args.export or tempfile.mkdtemp(prefix="v9p-repl-"))
-        fs = LocalFs(export) if args.backend == "local" else SynthFs()
-        return run_repl(MachineConfig(binary=binary, fs=fs, transport=args.transport, accel=found.accel))
+        return run_repl(binary, args.backend, args.export, args.transport)
     if args.command == "matrix":
         from harness.matrix import matrix as run_matrix
 
@@ -130,9 +122,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from harness.p9.malformed import report
 
         binary, _ = provision.find_qemu(args.qemu_binary)
-        found = provision.probe(binary)
-        found.require_usable()
-        return report(binary, found.accel, args.transport, args.record)
+        return report(binary, args.transport, args.record)
     raise AssertionError(args)
 
 

@@ -57,9 +57,8 @@ def stats(samples: Sequence[float]) -> tuple[float, float, float, float]:
 
 
 def machine_config(binary: Path, fs: FsConfig, transport: Transport = "modern") -> MachineConfig:
-    found = provision.probe(binary)
-    found.require_usable()
-    return MachineConfig(binary=binary, fs=fs, transport=transport, accel=found.accel, ram_mib=512)
+    """The benches' machines: 512 MiB of RAM for msize up to 4 MiB in flight."""
+    return provision.usable_config(binary, fs, transport, ram_mib=512)[0]
 
 
 # -- rtt ------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 from harness.errors import ProvisionError
+from harness.machine import FsConfig, MachineConfig, SynthFs
 
 PROJECT = "virtio9p-harness"
 BINARY_NAME = "qemu-system-x86_64"
@@ -162,6 +163,23 @@ def probe(binary: Path) -> Probe:
         virtio_9p_pci='"virtio-9p-pci"' in done["devices"].stdout,
         max_xattr=max_xattr,
     )
+
+
+def usable_config(
+    binary: Path, fs: FsConfig | None = None, transport: str = "modern", ram_mib: int = 128
+) -> tuple[MachineConfig, Probe]:
+    """Probe ``binary``, refuse it if it cannot be tested, and configure a machine on it (with the
+    qtest accelerator, or degraded ``-accel tcg -S``)."""
+    found = probe(binary)
+    found.require_usable()
+    config = MachineConfig(
+        binary=binary,
+        fs=fs or SynthFs(),
+        transport=transport,  # type: ignore[arg-type]
+        accel=found.accel,
+        ram_mib=ram_mib,
+    )
+    return config, found
 
 
 # -- building -------------------------------------------------------------------------------------

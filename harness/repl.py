@@ -14,6 +14,9 @@ from __future__ import annotations
 import ast
 import cmd
 import re
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
@@ -99,11 +102,22 @@ class Repl(cmd.Cmd):
         return False
 
 
-def repl(config: Any) -> int:
+def repl(binary: Path, backend: str, export: str | None, transport: str) -> int:
+    """Start a QEMU (on local: exporting ``export``, or a new empty directory removed afterwards)."""
+    from harness.machine import LocalFs, SynthFs
     from harness.p9.connect import connect
+    from harness.provision import usable_config
 
-    with connect(config) as conn:
-        print(f"QEMU {conn.machine.argv[0]} pid {conn.machine.pid}; msize {conn.session.msize}; root attached as fid 0")
-        Repl(conn.session).cmdloop()
-        conn.session.close(check=False)
+    scratch = Path(tempfile.mkdtemp(prefix="v9p-repl-")) if backend == "local" and not export else None
+    fs = LocalFs(Path(export) if export else scratch) if backend == "local" else SynthFs()  # type: ignore[arg-type]
+    config, _ = usable_config(binary, fs, transport)
+    try:
+        with connect(config) as conn:
+            machine = conn.machine
+            print(f"QEMU {machine.argv[0]} pid {machine.pid}; msize {conn.session.msize}; root attached as fid 0")
+            Repl(conn.session).cmdloop()
+            conn.session.close(check=False)
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
     return 0

@@ -3,6 +3,7 @@ first reply that differs from the recording (or from what the case expected, whe
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -38,12 +39,20 @@ def _differs(step: Step, reply: Reply) -> str | None:
 def replay(path: Path, explicit: str | None, timeout: float = 10.0) -> int:
     header, steps = read_reproducer(path)
     binary, _ = provision.find_qemu(explicit or header.get("qemu"))
-    found = provision.probe(binary)
-    found.require_usable()
-    export = Path(tempfile.mkdtemp(prefix="v9p-replay-"))
-    fs: FsConfig = LocalFs(export) if header.get("backend") == "local" else SynthFs()
+    local = header.get("backend") == "local"
+    export = Path(tempfile.mkdtemp(prefix="v9p-replay-")) if local else None
+    fs: FsConfig = LocalFs(export) if export else SynthFs()
     transport = "legacy" if header.get("transport") == "legacy" else "modern"
-    config = MachineConfig(binary=binary, fs=fs, transport=transport, accel=found.accel)  # type: ignore[arg-type]
+    config, _ = provision.usable_config(binary, fs, transport)
+    try:
+        return _replay(path, steps, config, timeout)
+    finally:
+        if export:
+            shutil.rmtree(export, ignore_errors=True)
+
+
+def _replay(path: Path, steps: list[Step], config: MachineConfig, timeout: float) -> int:
+    fs, transport, binary = config.fs, config.transport, config.binary
     print(f"replaying {len(steps)} requests of {path} on {binary} ({fs.kind}, {transport})")
     if fs.kind == "local":
         print("note: host files the case made outside 9P are not in the reproducer; the export starts empty")

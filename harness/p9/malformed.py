@@ -206,16 +206,16 @@ def cleanup(session: Session, blocker: Pending | None, outcome: str) -> None:
         blocker.wait()
 
 
-def report(binary: Path, accel: str, transport: str, write: bool) -> int:
+def report(binary: Path, transport: str, write: bool) -> int:
     """``python -m harness malformed-report``: run the catalogue on one synth QEMU, print it."""
     from tabulate import tabulate
 
-    from harness.machine import Machine, MachineConfig
+    from harness.machine import Machine
     from harness.p9.transport import VirtioTransport
-    from harness.provision import probe
+    from harness.provision import usable_config
 
-    version = probe(binary).version
-    config = MachineConfig(binary=binary, accel=accel, transport=transport)  # type: ignore[arg-type]
+    config, found = usable_config(binary, transport=transport)
+    version = found.version
     before = recorded(version) or {}
     outcomes: dict[str, str] = {}
     rows = []
