@@ -18,6 +18,7 @@ from harness.errors import RingFull
 from harness.p9 import wire
 from harness.p9.session import Pending, Session
 from harness.p9.transport import ChainLayout
+from harness.virtqueue import Buffer
 
 TRANSPORTS = ["modern", "legacy"]
 #: Twrite's fixed part: size, type, tag, fid, offset, count.
@@ -51,6 +52,32 @@ def test_chain_layouts(place: Place, transport: str, layout: str) -> None:
     reply = p9.send("Tread", fid=fid, offset=0, count=len(DATA), layout=chain).wait()
     assert reply.message is not None and bytes(reply.message.data) == DATA
     assert reply.used_len == wire.RREADDIR_HEADER + len(DATA)
+    p9.clunk(fid)
+
+
+@qos("chains/{transport}/payload_descriptor", backends=["local"], transport=TRANSPORTS)
+def test_payload_in_its_own_descriptor(place: Place, device: Device, transport: str) -> None:
+    """The data of a Twrite in a descriptor of its own after a 23-byte header descriptor, and a
+    Tread whose data lands in a descriptor after the 11-byte Rread head (how a guest kernel passes
+    page-cache pages): bytes, counts and offsets honoured, and a short read at end of file writes
+    no byte past its count."""
+    p9, qt, alloc = place.session, device.machine.qtest, device.transport.alloc
+    fid = open_file(place)
+    out, back = alloc.alloc(len(DATA)), alloc.alloc(len(DATA))
+    try:
+        qt.memwrite(out, DATA)
+        qt.memwrite(back, b"\xee" * len(DATA))
+        written = p9.send_resident("Twrite", Buffer(out, len(DATA)), fid=fid, offset=100).result()
+        assert written.count == len(DATA)
+        assert place.host_path("data").read_bytes() == bytes(100) + DATA
+        reply = p9.send_resident("Tread", Buffer(back, len(DATA)), fid=fid, offset=1000).wait()
+        assert reply.message is not None and reply.message.count == 100 + len(DATA) - 1000
+        assert reply.used_len == wire.RREAD_HEADER + reply.message.count
+        got = qt.memread(back, len(DATA))
+        assert got == DATA[900:] + b"\xee" * 900
+    finally:
+        alloc.free(out)
+        alloc.free(back)
     p9.clunk(fid)
 
 

@@ -44,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     common(readdir)
     readdir.add_argument("--files", type=int, action="append", help="local directory sizes (default 2000 10000 100000)")
     readdir.add_argument("--msize", type=int, action="append", help="msize values (default 8192 1048576)")
-    readdir.add_argument("--count", type=int, action="append", default=[], help="split counts besides msize - 11")
+    readdir.add_argument(
+        "--count", type=int, action="append", help="split counts besides msize - 11 (default 2048: a listing in parts)"
+    )
     readdir.add_argument("--runs", type=int, default=20, help="listings measured per row (after 2 warm-ups)")
     readdir.add_argument("--quick", action="store_true", help="smoke mode: tiny directories, 2 runs")
     io = bench_sub.add_parser("io", help="Twrite then Tread of a large file against msize")
@@ -52,6 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     io.add_argument("--size", type=int, default=256, help="file size in MiB (default 256)")
     io.add_argument("--msize", type=int, action="append", help="msize values (default 8 KiB … 4,186,112)")
     io.add_argument("--quick", action="store_true", help="smoke mode: 2 MiB, two msizes")
+    io.add_argument(
+        "--through-qtest",
+        action="store_true",
+        help="also copy every payload through qtest (b64write/b64read), as the cases do, besides the default "
+        "resident payloads (written into guest memory once; only 9P headers cross the qtest socket)",
+    )
     suite = bench_sub.add_parser("suite", help="QEMU's 27 cases: our pytest run against QEMU's qos-test")
     suite.add_argument("--qemu-binary")
     suite.add_argument("--rounds", type=int, default=5)
@@ -138,12 +146,14 @@ def _bench(args: argparse.Namespace) -> int:
         elif args.bench == "readdir":
             sizes = [20, 200] if args.quick else args.files or [2000, 10000, 100000]
             msizes = args.msize or ([8192] if args.quick else [8192, 1 << 20])
-            tables.append(bench.readdir_table(binary, sizes, msizes, 2 if args.quick else args.runs, args.count))
+            counts = args.count or [2048]
+            tables.append(bench.readdir_table(binary, sizes, msizes, 2 if args.quick else args.runs, counts))
         else:
             msizes = args.msize or (
                 [8192, 1 << 20] if args.quick else [8192, 128 << 10, 512 << 10, 1 << 20, 2 << 20, 4186112]
             )
-            tables.append(bench.io_table(binary, (2 if args.quick else args.size) << 20, msizes))
+            paths = ["resident", "through qtest"] if args.through_qtest or args.quick else ["resident"]
+            tables.append(bench.io_table(binary, (2 if args.quick else args.size) << 20, msizes, paths))
     bench.present(tables, binaries, args.json, args.plot)
     return 0
 

@@ -25,7 +25,9 @@ class FakeTransport:
         self.sent: list[bytes] = []
         self._next = 0
 
-    def submit(self, frame: bytes, reply_capacity: int, layout: ChainLayout = SIMPLE) -> Request:
+    def submit(
+        self, frame: bytes, reply_capacity: int, layout: ChainLayout = SIMPLE, **tails: Buffer | None
+    ) -> Request:
         self.sent.append(frame)
         self._next += 1
         return Request(self._next, 0, 0, reply_capacity, (Buffer(0, len(frame)),), ())

@@ -133,3 +133,22 @@ def test_non_utf8_names_round_trip() -> None:
 def test_unknown_message_name_is_refused() -> None:
     with pytest.raises(P9ProtocolError):
         wire.encode("Tnothing", 0)
+
+
+@pytest.mark.parametrize("length", [0, 1, 8000, 4186088])
+def test_encode_head_is_the_frame_without_its_data(length: int) -> None:
+    data = bytes(range(256)) * (length // 256) + bytes(length % 256)
+    head = wire.encode_head("Twrite", 3, length, fid=1, offset=2)
+    assert head + data == wire.encode("Twrite", 3, fid=1, offset=2, data=data)
+    with pytest.raises(P9ProtocolError, match="does not end in a data field"):
+        wire.encode_head("Tread", 3, length, fid=1, offset=2, count=4)
+
+
+def test_decode_head_checks_size_and_count() -> None:
+    frame = wire.encode("Rread", 5, data=b"x" * 100)
+    message = wire.decode_head(frame[: wire.RREAD_HEADER], len(frame))
+    assert (message.name, message.tag, message.count) == ("Rread", 5, 100)
+    with pytest.raises(P9ProtocolError, match="bytes were used"):
+        wire.decode_head(frame[: wire.RREAD_HEADER], len(frame) - 1)
+    error = wire.encode("Rlerror", 5, ecode=5)
+    assert wire.decode_head(error, len(error)).ecode == 5

@@ -24,6 +24,7 @@ from harness.errors import HarnessError, LeakError, P9ProtocolError, P9Rlerror, 
 from harness.p9 import wire
 from harness.p9.trace import Record, format_records
 from harness.p9.transport import SIMPLE, ChainLayout, Completion, Request
+from harness.virtqueue import Buffer
 
 log = logging.getLogger(__name__)
 hexlog = logging.getLogger(__name__ + ".hexdump")
@@ -39,7 +40,15 @@ HISTORY = 256
 class FrameTransport(Protocol):
     def batch(self) -> contextlib.AbstractContextManager[None]: ...
 
-    def submit(self, frame: bytes, reply_capacity: int, layout: ChainLayout = ...) -> Request: ...
+    def submit(
+        self,
+        frame: bytes,
+        reply_capacity: int,
+        layout: ChainLayout = ...,
+        *,
+        out_tail: Buffer | None = ...,
+        in_tail: Buffer | None = ...,
+    ) -> Request: ...
     def wait(self, request: Request, timeout: float) -> Completion | None: ...
 
 
@@ -154,6 +163,22 @@ class Session:
             request = wire.decode(frame)
         return self._submit(request, frame, reply_capacity, layout)
 
+    def send_resident(self, name: str, /, region: Buffer, **fields: Any) -> Pending:
+        """A Twrite whose data is already in guest memory at ``region``, or a Tread of
+        ``region.length`` bytes the server writes straight there: the payload never crosses the
+        qtest socket (``bench io``'s data path). The Tread's reply decodes as ``Rread(count=n)``."""
+        if self.state is State.CLOSED:
+            raise P9StateError(f"{name} on a closed session")
+        tag = self._free_tag()
+        shown = {**fields, "data_at": f"{region.addr:#x}", "count": region.length}
+        if name == "Twrite":
+            frame = wire.encode_head(name, tag, region.length, **fields)
+            return self._submit(wire.Message(name, tag, shown), frame, None, SIMPLE, out_tail=region)
+        if name == "Tread":
+            frame = wire.encode(name, tag, count=region.length, **fields)
+            return self._submit(wire.Message(name, tag, shown), frame, wire.RREAD_HEADER, SIMPLE, in_tail=region)
+        raise P9ProtocolError(f"{name} carries no payload to keep in guest memory")
+
     def batch(self) -> contextlib.AbstractContextManager[None]:
         """``with session.batch(): ...``: the requests sent inside reach QEMU in one socket write."""
         return self.transport.batch()
@@ -162,7 +187,14 @@ class Session:
         """``send`` then ``result``."""
         return self.send(name, **fields).result()
 
-    def _submit(self, request: wire.Message | None, frame: bytes, capacity: int | None, layout: ChainLayout) -> Pending:
+    def _submit(
+        self,
+        request: wire.Message | None,
+        frame: bytes,
+        capacity: int | None,
+        layout: ChainLayout,
+        **tails: Buffer,
+    ) -> Pending:
         if capacity is None:
             capacity = self.msize if self.msize >= wire.HEADER_SIZE else PREVERSION_REPLY_CAPACITY
         tag = wire.peek_header(frame)[2] if len(frame) >= wire.HEADER_SIZE else None
@@ -172,7 +204,7 @@ class Session:
         if hexlog.isEnabledFor(logging.DEBUG):
             hexlog.debug("--> %s", frame.hex())
         try:
-            handle = self.transport.submit(frame, capacity, layout)
+            handle = self.transport.submit(frame, capacity, layout, **tails)
         except HarnessError as err:
             err.add_note(f"while sending {request or f'raw frame {frame[:32].hex()}'}")
             self.history.append(Record(time.monotonic(), "-x-", tag, b"", None, note=f"not sent: {type(err).__name__}"))
@@ -203,7 +235,8 @@ class Session:
             log.debug("<-- tag=%s (buffer returned empty)", pending.tag)
             return Reply(0, frame, None, completion.order, completion.server_seconds)
         try:
-            message = wire.decode(frame)
+            resident = completion.used_len > len(frame)  # the data went to an in_tail
+            message = wire.decode_head(frame, completion.used_len) if resident else wire.decode(frame)
         except P9ProtocolError:
             self.history.append(Record(time.monotonic(), "<--", pending.tag, frame, None, head, completion.used_len))
             raise

@@ -87,6 +87,8 @@ class Request:
     blocks: tuple[int, ...]
     #: perf_counter() when the kick had reached QEMU
     submitted_at: float = 0.0
+    #: bytes of a caller's resident guest buffer after the reply buffer (never read back)
+    in_tail: int = 0
 
 
 @dataclass(frozen=True)
@@ -165,15 +167,33 @@ class VirtioTransport:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def submit(self, frame: bytes, reply_capacity: int, layout: ChainLayout = SIMPLE) -> Request:
+    def submit(
+        self,
+        frame: bytes,
+        reply_capacity: int,
+        layout: ChainLayout = SIMPLE,
+        *,
+        out_tail: Buffer | None = None,
+        in_tail: Buffer | None = None,
+    ) -> Request:
         """Place ``frame`` and an empty reply buffer in guest memory and notify the device
-        (with VIRTIO_RING_F_EVENT_IDX only when avail_event asks for it)."""
+        (with VIRTIO_RING_F_EVENT_IDX only when avail_event asks for it).
+
+        ``out_tail`` / ``in_tail`` are resident guest buffers the caller owns, chained after the
+        frame / after the reply buffer: a payload that never crosses the qtest socket. Only the
+        first ``reply_capacity`` bytes of the reply are read back.
+        """
         if self.abandoned:
             raise DeviceError("this transport was abandoned with requests in flight")
         qt = self.machine.qtest
         out_addr = self.alloc.alloc(len(frame))
         in_addr = self.alloc.alloc(reply_capacity)
-        chain = tuple(layout.buffers(out_addr, len(frame), in_addr, reply_capacity))
+        chain = layout.buffers(out_addr, len(frame), in_addr, reply_capacity)
+        if out_tail is not None:
+            first_in = next(pos for pos, buf in enumerate(chain) if buf.writable)
+            chain.insert(first_in, Buffer(out_tail.addr, out_tail.length))
+        if in_tail is not None:
+            chain.append(Buffer(in_tail.addr, in_tail.length, writable=True))
         blocks = [out_addr, in_addr]
         started = time.perf_counter()
         # the buffer is filled before the chain is made available (virtio 1.x 2.7.13): QEMU may pop
@@ -185,7 +205,7 @@ class VirtioTransport:
                 table = self.alloc.alloc(16 * len(chain))
                 blocks.append(table)
             old = self.queue.avail_idx
-            head = self.queue.add(chain, indirect_table=table, loop=layout.loop)
+            head = self.queue.add(tuple(chain), indirect_table=table, loop=layout.loop)
         except DeviceError:
             for block in blocks:
                 self.alloc.free(block)
@@ -193,7 +213,8 @@ class VirtioTransport:
         self._notify(old)
         now = time.perf_counter()
         self.transfer_seconds += now - started  # the frame into guest memory, with the kick
-        request = Request(head, out_addr, in_addr, reply_capacity, chain, tuple(blocks), now)
+        tail = in_tail.length if in_tail is not None else 0
+        request = Request(head, out_addr, in_addr, reply_capacity, tuple(chain), tuple(blocks), now, tail)
         self._in_flight[head] = request
         return request
 
@@ -254,19 +275,21 @@ class VirtioTransport:
         seen = time.perf_counter()
         requests = [self._in_flight.pop(elem.head) for elem in elems]
         for request, elem in zip(requests, elems, strict=True):
-            if elem.length > request.in_size:
+            if elem.length > request.in_size + request.in_tail:
                 raise DeviceError(
-                    f"device reports {elem.length} bytes written into a {request.in_size}-byte reply buffer"
+                    f"device reports {elem.length} bytes written into a "
+                    f"{request.in_size + request.in_tail}-byte reply buffer"
                 )
-        # every reply not already read ahead comes back in one exchange
-        missing = [(r.in_addr, e.length) for r, e in zip(requests, elems, strict=True)
-                   if not (r is awaited and e.length <= len(ahead[0]))]  # fmt: skip
+        # every reply not already read ahead comes back in one exchange (a resident tail stays)
+        missing = [(r.in_addr, min(e.length, r.in_size)) for r, e in zip(requests, elems, strict=True)
+                   if not (r is awaited and min(e.length, r.in_size) <= len(ahead[0]))]  # fmt: skip
         started = time.perf_counter()
         fetched = iter(qt.memread_many(missing) if missing else [])
         if missing:
             self.transfer_seconds += time.perf_counter() - started
         for request, elem in zip(requests, elems, strict=True):
-            reply = ahead[0][: elem.length] if request is awaited and elem.length <= len(ahead[0]) else next(fetched)
+            length = min(elem.length, request.in_size)
+            reply = ahead[0][:length] if request is awaited and length <= len(ahead[0]) else next(fetched)
             self._finish(request, elem, reply, seen - request.submitted_at)
 
     def _finish(self, request: Request, elem: UsedElem, reply: bytes, server: float) -> None:

@@ -47,6 +47,7 @@ HEADER_SIZE = 7
 IOHDRSZ = 24
 READDIRHDRSZ = 24
 RREADDIR_HEADER = 11  # size[4] type[1] tag[2] count[4]
+RREAD_HEADER = 11  # size[4] type[1] tag[2] count[4], then the data
 
 QTDIR, QTAPPEND, QTEXCL, QTMOUNT, QTAUTH, QTTMP, QTSYMLINK, QTLINK, QTFILE = (
     0x80, 0x40, 0x20, 0x10, 0x08, 0x04, 0x02, 0x01, 0x00,
@@ -265,6 +266,32 @@ def decode(frame: bytes) -> Message:
     except (ConstructError, struct.error, ValueError, IndexError) as err:  # the compiled parser raises these
         raise P9ProtocolError(f"malformed {defn.name} frame ({len(frame)} bytes {frame[:24].hex()}…): {err}") from err
     return Message(defn.name, parsed.tag, parsed.body)
+
+
+# -- payloads resident in guest memory (the frame goes out or comes back without its data) ---------
+
+#: Messages whose body ends in ``data`` (``count[4]`` then the bytes).
+_DATA_LAST = frozenset({"Twrite", "Rread"})
+
+
+def encode_head(name: str, tag: int, payload: int, /, **fields: Any) -> bytes:
+    """The frame of ``name`` up to its trailing ``data``, with size and count counting ``payload``
+    bytes that travel in a descriptor of their own: ``encode_head(...) + data == encode(..., data=data)``."""
+    if name not in _DATA_LAST:
+        raise P9ProtocolError(f"{name} does not end in a data field")
+    empty = encode(name, tag, data=b"", **fields)  # the count prefix is the frame's last 4 bytes
+    return with_size(empty[:-4] + Int32ul.build(payload), len(empty) + payload)
+
+
+def decode_head(frame: bytes, size: int) -> Message:
+    """An Rread of ``size`` bytes of which only the head (``frame``, :data:`RREAD_HEADER` bytes)
+    was read back: ``Rread(count=n)``, the data left where the device wrote it."""
+    if len(frame) != RREAD_HEADER or frame[4] != BY_NAME["Rread"].type:
+        return decode(frame)  # an Rlerror fits the head buffer whole
+    declared, count = int.from_bytes(frame[:4], "little"), int.from_bytes(frame[7:11], "little")
+    if declared != size or count != size - RREAD_HEADER:
+        raise P9ProtocolError(f"Rread head {frame.hex()} (size {declared}, count {count}) but {size} bytes were used")
+    return Message("Rread", int.from_bytes(frame[5:7], "little"), {"count": count})
 
 
 def peek_header(frame: bytes) -> tuple[int, int, int]:
