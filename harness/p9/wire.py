@@ -179,21 +179,31 @@ TABLE: tuple[MessageDef, ...] = (
 BY_TYPE: Mapping[int, MessageDef] = {m.type: m for m in TABLE}
 BY_NAME: Mapping[str, MessageDef] = {m.name: m for m in TABLE}
 
+#: The whole frame, declared: ``size[4]`` (counting itself) ``type[1] tag[2]`` and the body.
 FRAME = Prefixed(
     Int32ul,
     Struct("type" / Int8ul, "tag" / Int16ul, "body" / Switch(this.type, {m.type: m.body for m in TABLE})),
     includelength=True,
 )
 _WHOLE_FRAME = FocusedSeq("frame", "frame" / FRAME, Terminated)
+#: The frame header alone; :func:`encode` and :func:`decode` put it in front of a compiled body,
+#: which builds 3 to 5 times faster than FRAME (construct compiles neither Prefixed nor Switch).
+HEADER = Struct("size" / Int32ul, "type" / Int8ul, "tag" / Int16ul)
+assert HEADER.sizeof() == HEADER_SIZE
 
 
 @functools.cache
-def frame_parser() -> Construct:
-    """The frame parser compiled by construct (Rgetattr: ~44 µs interpreted, ~8 µs compiled).
+def body_codec(type_number: int) -> Construct:
+    """The body of message ``type_number`` compiled by construct, on first use (~0.5 ms).
 
-    Compiled on first use (about 20 ms) so that importing the table stays cheap.
+    Rgetattr parses in ~5 µs (~44 µs interpreted), Tgetattr builds in ~2 µs (~11 µs through FRAME).
     """
-    return _WHOLE_FRAME.compile()
+    return BY_TYPE[type_number].body.compile()
+
+
+@functools.cache
+def _header_codec() -> Construct:
+    return HEADER.compile()
 
 
 def reply_type(request: MessageDef) -> MessageDef:
@@ -246,8 +256,9 @@ def encode(name: str, tag: int, /, **fields: Any) -> bytes:
     except KeyError:
         raise P9ProtocolError(f"unknown 9P message name {name!r}") from None
     try:
-        return bytes(FRAME.build({"type": defn.type, "tag": tag, "body": fields}))
-    except (ConstructError, KeyError, TypeError, ValueError) as err:
+        body = body_codec(defn.type).build(fields)
+        return _header_codec().build({"size": HEADER_SIZE + len(body), "type": defn.type, "tag": tag}) + body
+    except (ConstructError, KeyError, TypeError, ValueError, struct.error) as err:
         raise P9ProtocolError(f"cannot encode {name}{fields!r}: {err}") from err
 
 
@@ -262,10 +273,10 @@ def decode(frame: bytes) -> Message:
     if size != len(frame):
         raise P9ProtocolError(f"{defn.name} frame says size {size} but has {len(frame)} bytes: {frame[:24].hex()}")
     try:
-        parsed = frame_parser().parse(frame)
+        body = body_codec(defn.type).parse(frame[HEADER_SIZE:])
     except (ConstructError, struct.error, ValueError, IndexError) as err:  # the compiled parser raises these
         raise P9ProtocolError(f"malformed {defn.name} frame ({len(frame)} bytes {frame[:24].hex()}…): {err}") from err
-    return Message(defn.name, parsed.tag, parsed.body)
+    return Message(defn.name, int.from_bytes(frame[5:7], "little"), body)
 
 
 # -- payloads resident in guest memory (the frame goes out or comes back without its data) ---------
