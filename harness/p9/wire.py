@@ -256,8 +256,9 @@ def encode(name: str, tag: int, /, **fields: Any) -> bytes:
     except KeyError:
         raise P9ProtocolError(f"unknown 9P message name {name!r}") from None
     try:
-        body = body_codec(defn.type).build(fields)
-        return _header_codec().build({"size": HEADER_SIZE + len(body), "type": defn.type, "tag": tag}) + body
+        body: bytes = body_codec(defn.type).build(fields)
+        head: bytes = _header_codec().build({"size": HEADER_SIZE + len(body), "type": defn.type, "tag": tag})
+        return head + body
     except (ConstructError, KeyError, TypeError, ValueError, struct.error) as err:
         raise P9ProtocolError(f"cannot encode {name}{fields!r}: {err}") from err
 
