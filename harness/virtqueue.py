@@ -27,6 +27,14 @@ _U16 = struct.Struct("<H")
 _USED_ELEM = struct.Struct("<II")  # id, len
 
 
+def ring_runs(first: int, count: int, size: int) -> list[tuple[int, int]]:
+    """Ring positions ``first .. first + count - 1`` (free-running 16-bit indices) as at most two
+    ``(slot, length)`` runs of adjacent slots: one write each."""
+    start = first % size
+    head = min(count, size - start)
+    return [(start, head)] + ([(0, count - head)] if count > head else [])
+
+
 @dataclass(frozen=True)
 class Buffer:
     """One guest buffer of a chain; ``writable`` buffers are for the device to fill."""
@@ -76,6 +84,9 @@ class SplitVirtqueue:
         self.index = index
         self._free: deque[int] = deque(range(layout.size))
         self._chains: dict[int, list[int]] = {}
+        #: heads added but not yet in the avail ring (see :meth:`publish`)
+        self._unpublished: list[int] = []
+        #: avail.idx as published to the device
         self.avail_idx = 0
         self.last_used = 0
 
@@ -95,8 +106,13 @@ class SplitVirtqueue:
         """Zero the descriptor table and both rings (posted, goes out with the next query)."""
         self.mem.memwrite(self.layout.desc, bytes(RingLayout.total_bytes(self.size)))
 
-    def add(self, chain: Sequence[Buffer], *, indirect_table: int | None = None, loop: bool = False) -> int:
+    def add(
+        self, chain: Sequence[Buffer], *, indirect_table: int | None = None, loop: bool = False, publish: bool = True
+    ) -> int:
         """Write ``chain`` as descriptors, publish its head in the avail ring, return the head.
+
+        With ``publish=False`` the head waits for :meth:`publish`, which makes several chains
+        available in one write of their ring slots and one of ``avail.idx``.
 
         With ``indirect_table`` (a guest address with room for ``16 * len(chain)`` bytes) the chain
         goes into that table and takes a single ring descriptor flagged INDIRECT (the device must
@@ -121,11 +137,26 @@ class SplitVirtqueue:
             self.mem.memwrite(self.layout.desc + 16 * ids[0], entry)
         head = ids[0]
         self._chains[head] = ids
-        slot = self.layout.avail + 4 + 2 * (self.avail_idx % self.size)
-        self.mem.memwrite(slot, _U16.pack(head))
-        self.avail_idx = (self.avail_idx + 1) & 0xFFFF
-        self.mem.memwrite(self.layout.avail + 2, _U16.pack(self.avail_idx))
+        self._unpublished.append(head)
+        if publish:
+            self.publish()
         return head
+
+    def publish(self) -> int:
+        """Put the added heads in the avail ring, then move ``avail.idx`` past them (the order
+        virtio 1.x 2.7.13 asks for); returns the index before, for :meth:`need_event`."""
+        old, heads = self.avail_idx, self._unpublished
+        if not heads:
+            return old
+        self._unpublished = []
+        done = 0
+        for start, run in ring_runs(old, len(heads), self.size):
+            slots = struct.pack(f"<{run}H", *heads[done : done + run])
+            self.mem.memwrite(self.layout.avail + 4 + 2 * start, slots)
+            done += run
+        self.avail_idx = (old + len(heads)) & 0xFFFF
+        self.mem.memwrite(self.layout.avail + 2, _U16.pack(self.avail_idx))
+        return old
 
     def _write_chain(self, table: int, ids: list[int], chain: Sequence[Buffer], loop: bool = False) -> None:
         """Descriptors ``ids`` of ``table`` linked in order (the last back to the first with
@@ -170,10 +201,11 @@ class SplitVirtqueue:
             raise DeviceError(
                 f"queue {self.index}: used.idx moved by {count} with only {self.in_flight} chains in flight"
             )
-        raws = [first]
-        if count > 1:
-            raws += self.mem.memread_many([(layout.used_elem(self.last_used + i), 8) for i in range(1, count)])
-        elems = [self._retire(*_USED_ELEM.unpack(raw)) for raw in raws]
+        raws = first
+        if count > 1:  # the other new entries, in one or two spans of the ring
+            runs = ring_runs(self.last_used + 1, count - 1, self.size)
+            raws += b"".join(self.mem.memread_many([(layout.used + 4 + 8 * slot, 8 * n) for slot, n in runs]))
+        elems = [self._retire(*elem) for elem in _USED_ELEM.iter_unpack(raws)]
         self.last_used = used_idx
         return elems, extra
 
@@ -186,6 +218,8 @@ class SplitVirtqueue:
 
     def check_idle(self) -> None:
         """Raise :class:`LeakError` if any chain is still in flight or descriptors went missing."""
+        if self._unpublished:
+            raise LeakError(f"queue {self.index}: heads {self._unpublished} were added but never published")
         if self._chains or len(self._free) != self.size:
             raise LeakError(
                 f"queue {self.index}: {len(self._chains)} chain(s) in flight (heads {sorted(self._chains)}), "

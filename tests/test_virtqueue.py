@@ -106,6 +106,28 @@ def test_used_index_wraps_at_65536() -> None:
     assert queue.last_used == 2
 
 
+def test_deferred_publication_across_the_ring_end_in_two_slot_writes() -> None:
+    mem, queue, device = make(4)
+    for _ in range(2):  # the next slots are 2, 3, then 0
+        queue.add(chain(1))
+        device.take()
+        device.complete()
+        queue.poll()
+    heads = [queue.add(chain(1), publish=False) for _ in range(3)]
+    assert device.take() == 0  # written, not yet available
+    with pytest.raises(LeakError, match="never published"):
+        queue.check_idle()
+    writes = mem.writes
+    assert queue.publish() == 2 and queue.avail_idx == 5
+    assert mem.writes == writes + 3  # slots 2-3, slot 0, then avail.idx
+    assert device.take() == 3 and [head for head, _ in device.pending] == heads
+    for _ in heads:
+        device.complete()
+    elems, _ = queue.poll()
+    assert [e.head for e in elems] == heads
+    queue.check_idle()
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 4), st.integers(0, 100)), max_size=120))
 def test_random_submit_complete_orders_keep_the_free_list_exact(ops: list[tuple[int, int, int]]) -> None:

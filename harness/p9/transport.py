@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from harness.errors import DeviceError, DeviceNeedsReset, LeakError
-from harness.guestmem import GuestAllocator, read_ram_size
+from harness.guestmem import GuestAllocator, align_up, read_ram_size
 from harness.machine import Machine
 from harness.pci import PCIBus
 from harness.virtio_pci import (
@@ -176,8 +176,8 @@ class VirtioTransport:
         out_tail: Buffer | None = None,
         in_tail: Buffer | None = None,
     ) -> Request:
-        """Place ``frame`` and an empty reply buffer in guest memory and notify the device
-        (with VIRTIO_RING_F_EVENT_IDX only when avail_event asks for it).
+        """Place ``frame`` and an empty reply buffer in guest memory, make the chain available and
+        notify the device (inside :meth:`batch`: when the batch ends).
 
         ``out_tail`` / ``in_tail`` are resident guest buffers the caller owns, chained after the
         frame / after the reply buffer: a payload that never crosses the qtest socket. Only the
@@ -185,60 +185,65 @@ class VirtioTransport:
         """
         if self.abandoned:
             raise DeviceError("this transport was abandoned with requests in flight")
-        qt = self.machine.qtest
-        out_addr = self.alloc.alloc(len(frame))
-        in_addr = self.alloc.alloc(reply_capacity)
-        chain = layout.buffers(out_addr, len(frame), in_addr, reply_capacity)
+        # one guest block per request: the reply buffer (page-aligned), the frame, the indirect table
+        frame_at = reply_capacity
+        table_at = align_up(frame_at + len(frame), 16)
+        tails = (out_tail is not None) + (in_tail is not None)
+        slots = len(layout.buffers(0, len(frame), 0, reply_capacity)) + tails if layout.indirect else 0
+        block = self.alloc.alloc(table_at + 16 * slots)
+        chain = layout.buffers(block + frame_at, len(frame), block, reply_capacity)
         if out_tail is not None:
             first_in = next(pos for pos, buf in enumerate(chain) if buf.writable)
             chain.insert(first_in, Buffer(out_tail.addr, out_tail.length))
         if in_tail is not None:
             chain.append(Buffer(in_tail.addr, in_tail.length, writable=True))
-        blocks = [out_addr, in_addr]
         started = time.perf_counter()
         # the buffer is filled before the chain is made available (virtio 1.x 2.7.13): QEMU may pop
         # an entry as soon as avail.idx says so, even in the middle of our socket write
-        qt.memwrite(out_addr, frame)
+        self.machine.qtest.memwrite(block + frame_at, frame)
         try:
-            table = None
-            if layout.indirect:
-                table = self.alloc.alloc(16 * len(chain))
-                blocks.append(table)
-            old = self.queue.avail_idx
-            head = self.queue.add(tuple(chain), indirect_table=table, loop=layout.loop)
+            table = block + table_at if layout.indirect else None
+            head = self.queue.add(tuple(chain), indirect_table=table, loop=layout.loop, publish=False)
         except DeviceError:
-            for block in blocks:
-                self.alloc.free(block)
+            self.alloc.free(block)
             raise
-        self._notify(old)
+        if not self._batching:
+            self._publish()
         now = time.perf_counter()
         self.transfer_seconds += now - started  # the frame into guest memory, with the kick
         tail = in_tail.length if in_tail is not None else 0
-        request = Request(head, out_addr, in_addr, reply_capacity, tuple(chain), tuple(blocks), now, tail)
+        request = Request(head, block + frame_at, block, reply_capacity, tuple(chain), (block,), now, tail)
         self._in_flight[head] = request
         return request
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
-        """Submissions inside go to QEMU together, in one socket write, when the block ends."""
+        """Submissions inside are made available together and go to QEMU in one socket write, with
+        one notification, when the block ends."""
         outer, self._batching = self._batching, True
         try:
             yield
         finally:
             self._batching = outer
             if not outer:
-                self.machine.qtest.flush()
+                self._publish()
+
+    def _publish(self) -> None:
+        """Make the submitted chains available, notify the device (with VIRTIO_RING_F_EVENT_IDX
+        only when avail_event asks for it) and send it all: on the ring when this returns."""
+        old = self.queue.publish()
+        if old != self.queue.avail_idx:
+            self._notify(old)
+        self.machine.qtest.flush()
 
     def _notify(self, old_avail: int) -> None:
         if self.features & F_RING_EVENT_IDX:
             event = int.from_bytes(self.machine.qtest.memread(self.queue.avail_event_addr(), 2), "little")
             if not self.queue.need_event(event, self.queue.avail_idx, old_avail):
                 self.suppressed_notifications += 1
-                return  # the memread above already sent the posted writes
+                return
         self.dev.notify(REQUEST_QUEUE)
         self.notifications += 1
-        if not self._batching:
-            self.machine.qtest.flush()  # the request is on the ring when submit() returns
 
     def wait(self, request: Request, timeout: float) -> Completion | None:
         """Poll until ``request`` completes (others are kept); None after ``timeout`` seconds."""
