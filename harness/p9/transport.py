@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from harness.errors import DeviceError, DeviceNeedsReset, LeakError
-from harness.guestmem import GuestAllocator, align_up, read_ram_size
+from harness.guestmem import GuestAllocator, read_ram_size
 from harness.machine import Machine
 from harness.pci import PCIBus
 from harness.virtio_pci import (
@@ -185,13 +185,10 @@ class VirtioTransport:
         """
         if self.abandoned:
             raise DeviceError("this transport was abandoned with requests in flight")
-        # one guest block per request: the reply buffer (page-aligned), the frame, the indirect table
-        frame_at = reply_capacity
-        table_at = align_up(frame_at + len(frame), 16)
-        tails = (out_tail is not None) + (in_tail is not None)
-        slots = len(layout.buffers(0, len(frame), 0, reply_capacity)) + tails if layout.indirect else 0
-        block = self.alloc.alloc(table_at + 16 * slots)
-        chain = layout.buffers(block + frame_at, len(frame), block, reply_capacity)
+        # one guest block for the reply buffer (page-aligned) and the frame after it
+        block = self.alloc.alloc(reply_capacity + len(frame))
+        frame_at = block + reply_capacity
+        chain = layout.buffers(frame_at, len(frame), block, reply_capacity)
         if out_tail is not None:
             first_in = next(pos for pos, buf in enumerate(chain) if buf.writable)
             chain.insert(first_in, Buffer(out_tail.addr, out_tail.length))
@@ -200,19 +197,21 @@ class VirtioTransport:
         started = time.perf_counter()
         # the buffer is filled before the chain is made available (virtio 1.x 2.7.13): QEMU may pop
         # an entry as soon as avail.idx says so, even in the middle of our socket write
-        self.machine.qtest.memwrite(block + frame_at, frame)
+        self.machine.qtest.memwrite(frame_at, frame)
+        table = self.alloc.alloc(16 * len(chain)) if layout.indirect else None
+        blocks = (block,) if table is None else (block, table)
         try:
-            table = block + table_at if layout.indirect else None
             head = self.queue.add(tuple(chain), indirect_table=table, loop=layout.loop, publish=False)
         except DeviceError:
-            self.alloc.free(block)
+            for each in blocks:
+                self.alloc.free(each)
             raise
         if not self._batching:
             self._publish()
         now = time.perf_counter()
         self.transfer_seconds += now - started  # the frame into guest memory, with the kick
         tail = in_tail.length if in_tail is not None else 0
-        request = Request(head, block + frame_at, block, reply_capacity, tuple(chain), (block,), now, tail)
+        request = Request(head, frame_at, block, reply_capacity, tuple(chain), blocks, now, tail)
         self._in_flight[head] = request
         return request
 
