@@ -61,6 +61,8 @@ class QTest:
         self._chunk_view = memoryview(self._chunk)
         self._posted: list[str] = []
         self._posted_bytes = 0
+        #: the last posted memwrite, not yet a line: a write that continues it joins it
+        self._open_write: tuple[int, bytearray] | None = None
         self._on_lost = on_lost
         self.irq_levels: dict[int, bool] = {}
         self.irq_log: list[tuple[str, int]] = []
@@ -84,10 +86,13 @@ class QTest:
 
     def close(self) -> None:
         self._posted.clear()
+        self._open_write = None
         self._sock.close()
 
     def post(self, line: str) -> None:
         """Queue a command whose reply must be a bare ``OK``; it is sent with the next query."""
+        if self._open_write is not None:
+            self._close_write()
         self._posted.append(line)
         self._posted_bytes += len(line)
         if self._posted_bytes > POST_LIMIT:
@@ -95,7 +100,7 @@ class QTest:
 
     def flush(self) -> None:
         """Send every posted command now and check its ``OK``."""
-        if self._posted:
+        if self._posted or self._open_write is not None:
             self.exchange([])
 
     def query(self, line: str) -> str:
@@ -104,6 +109,8 @@ class QTest:
 
     def exchange(self, lines: Sequence[str]) -> list[str]:
         """Send posted commands and ``lines`` in one write; return the ``OK`` payloads of ``lines``."""
+        if self._open_write is not None:
+            self._close_write()
         everything = self._posted
         everything.extend(lines)
         if not everything:
@@ -263,12 +270,32 @@ class QTest:
         return [b"".join(self._b64decode(next(texts), n) for _, n in piece) for piece in pieces]
 
     def memwrite(self, addr: int, data: bytes) -> None:
-        """Post ``b64write`` lines of at most :data:`B64WRITE_CHUNK` bytes each."""
+        """Post ``b64write`` lines of at most :data:`B64WRITE_CHUNK` bytes each. A write that starts
+        where the previous posted one ended joins its line (a frame and the descriptor table after
+        it: one command for QEMU to parse instead of two)."""
+        if not data:
+            return
+        last = self._open_write
+        if last is not None and last[0] + len(last[1]) == addr and len(last[1]) + len(data) <= B64WRITE_CHUNK:
+            last[1].extend(data)
+            return
+        if len(data) <= B64WRITE_CHUNK:
+            if last is not None:
+                self._close_write()
+            self._open_write = (addr, bytearray(data))
+            return
         view = memoryview(data)
         for offset in range(0, len(view), B64WRITE_CHUNK):
-            chunk = view[offset : offset + B64WRITE_CHUNK]
-            encoded = base64.b64encode(chunk).decode("ascii")
-            self.post(f"b64write {addr + offset:#x} {len(chunk):#x} {encoded}")
+            self._post_b64write(addr + offset, view[offset : offset + B64WRITE_CHUNK])
+
+    def _close_write(self) -> None:
+        assert self._open_write is not None
+        addr, data = self._open_write
+        self._open_write = None
+        self._post_b64write(addr, data)
+
+    def _post_b64write(self, addr: int, data: bytes | bytearray | memoryview) -> None:
+        self.post(f"b64write {addr:#x} {len(data):#x} {base64.b64encode(data).decode('ascii')}")
 
     def hexread(self, addr: int, size: int) -> bytes:
         """The slow hex ``read`` command, kept for comparison and for the protocol's sake."""

@@ -179,3 +179,22 @@ def test_every_command_sends_its_line_and_parses_its_reply() -> None:
     ]  # fmt: skip
     qt.close()
     fake.close()
+
+
+def test_adjacent_posted_writes_join_one_line_in_order(qt: QTest, peer: FakeQTestPeer) -> None:
+    qt.memwrite(0x1000, b"ab")
+    qt.memwrite(0x1002, b"cd")  # continues the first: joins it
+    qt.memwrite(0x2000, b"ef")  # elsewhere: a line of its own
+    qt.outb(0x70, 1)  # any other command ends the open write, so order is kept
+    qt.memwrite(0x2002, b"gh")
+    qt.memwrite(0x3000, b"x" * B64WRITE_CHUNK)
+    qt.memwrite(0x3000 + B64WRITE_CHUNK, b"y")  # would exceed a line: not joined
+    qt.flush()
+    assert peer.received == [
+        f"b64write 0x1000 0x4 {b64(b'abcd')}",
+        f"b64write 0x2000 0x2 {b64(b'ef')}",
+        "outb 0x70 0x1",
+        f"b64write 0x2002 0x2 {b64(b'gh')}",
+        f"b64write 0x3000 {B64WRITE_CHUNK:#x} {b64(b'x' * B64WRITE_CHUNK)}",
+        f"b64write {0x3000 + B64WRITE_CHUNK:#x} 0x1 {b64(b'y')}",
+    ]

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from harness.errors import DeviceError, DeviceNeedsReset, LeakError
-from harness.guestmem import GuestAllocator, read_ram_size
+from harness.guestmem import GuestAllocator, align_up, read_ram_size
 from harness.machine import Machine
 from harness.pci import PCIBus
 from harness.virtio_pci import (
@@ -59,6 +59,10 @@ class ChainLayout:
     #: Malformed on purpose: the last descriptor links back to the first writable one, a chain
     #: without end.
     loop: bool = False
+
+    def max_descriptors(self, in_len: int) -> int:
+        """At least ``len(buffers(...))`` for a reply buffer of ``in_len``: room for an indirect table."""
+        return len(self.out_segments) + 1 + -(-in_len // (self.in_segment or max(in_len, 1)))
 
     def buffers(self, out_addr: int, out_len: int, in_addr: int, in_len: int) -> list[Buffer]:
         chain, offset = [], 0
@@ -185,9 +189,12 @@ class VirtioTransport:
         """
         if self.abandoned:
             raise DeviceError("this transport was abandoned with requests in flight")
-        # one guest block for the reply buffer (page-aligned) and the frame after it
-        block = self.alloc.alloc(reply_capacity + len(frame))
+        # one guest block: the reply buffer (page-aligned), the frame, the indirect table after it
+        tails = (out_tail is not None) + (in_tail is not None)
+        table_size = 16 * (layout.max_descriptors(reply_capacity) + tails) if layout.indirect else 0
+        block = self.alloc.alloc(reply_capacity + len(frame) + 16 + table_size)
         frame_at = block + reply_capacity
+        table_at = align_up(frame_at + len(frame), 16)
         chain = layout.buffers(frame_at, len(frame), block, reply_capacity)
         if out_tail is not None:
             first_in = next(pos for pos, buf in enumerate(chain) if buf.writable)
@@ -196,22 +203,23 @@ class VirtioTransport:
             chain.append(Buffer(in_tail.addr, in_tail.length, writable=True))
         started = time.perf_counter()
         # the buffer is filled before the chain is made available (virtio 1.x 2.7.13): QEMU may pop
-        # an entry as soon as avail.idx says so, even in the middle of our socket write
-        self.machine.qtest.memwrite(frame_at, frame)
-        table = self.alloc.alloc(16 * len(chain)) if layout.indirect else None
-        blocks = (block,) if table is None else (block, table)
+        # an entry as soon as avail.idx says so, even in the middle of our socket write. Padded up
+        # to the table, so that the table's write continues this one (qtest joins them).
+        padding = bytes(table_at - frame_at - len(frame)) if layout.indirect else b""
+        self.machine.qtest.memwrite(frame_at, frame + padding)
         try:
-            head = self.queue.add(tuple(chain), indirect_table=table, loop=layout.loop, publish=False)
+            head = self.queue.add(
+                tuple(chain), indirect_table=table_at if layout.indirect else None, loop=layout.loop, publish=False
+            )
         except DeviceError:
-            for each in blocks:
-                self.alloc.free(each)
+            self.alloc.free(block)
             raise
         if not self._batching:
             self._publish()
         now = time.perf_counter()
         self.transfer_seconds += now - started  # the frame into guest memory, with the kick
         tail = in_tail.length if in_tail is not None else 0
-        request = Request(head, frame_at, block, reply_capacity, tuple(chain), blocks, now, tail)
+        request = Request(head, frame_at, block, reply_capacity, tuple(chain), (block,), now, tail)
         self._in_flight[head] = request
         return request
 

@@ -186,24 +186,16 @@ FRAME = Prefixed(
     includelength=True,
 )
 _WHOLE_FRAME = FocusedSeq("frame", "frame" / FRAME, Terminated)
-#: The frame header alone; :func:`encode` and :func:`decode` put it in front of a compiled body,
-#: which builds 3 to 5 times faster than FRAME (construct compiles neither Prefixed nor Switch).
-HEADER = Struct("size" / Int32ul, "type" / Int8ul, "tag" / Int16ul)
-assert HEADER.sizeof() == HEADER_SIZE
 
 
 @functools.cache
-def body_codec(type_number: int) -> Construct:
-    """The body of message ``type_number`` compiled by construct, on first use (~0.5 ms).
-
-    Rgetattr parses in ~5 µs (~44 µs interpreted), Tgetattr builds in ~2 µs (~11 µs through FRAME).
-    """
-    return BY_TYPE[type_number].body.compile()
-
-
-@functools.cache
-def _header_codec() -> Construct:
-    return HEADER.compile()
+def frame_codec(type_number: int) -> Construct:
+    """The frame of message ``type_number`` as one struct, ``size type tag body``, compiled by
+    construct on first use (~0.5 ms): construct compiles neither Prefixed nor Switch, so this
+    builds Tgetattr in ~4 µs (~11 µs through FRAME) and parses Rgetattr in ~5 µs (~44 µs
+    interpreted). :func:`encode` builds with size 0 and then sets it, as Prefixed would."""
+    body = BY_TYPE[type_number].body
+    return Struct("size" / Int32ul, "type" / Int8ul, "tag" / Int16ul, "body" / body).compile()
 
 
 def reply_type(request: MessageDef) -> MessageDef:
@@ -256,9 +248,8 @@ def encode(name: str, tag: int, /, **fields: Any) -> bytes:
     except KeyError:
         raise P9ProtocolError(f"unknown 9P message name {name!r}") from None
     try:
-        body: bytes = body_codec(defn.type).build(fields)
-        head: bytes = _header_codec().build({"size": HEADER_SIZE + len(body), "type": defn.type, "tag": tag})
-        return head + body
+        frame: bytes = frame_codec(defn.type).build({"size": 0, "type": defn.type, "tag": tag, "body": fields})
+        return with_size(frame, len(frame))
     except (ConstructError, KeyError, TypeError, ValueError, struct.error) as err:
         raise P9ProtocolError(f"cannot encode {name}{fields!r}: {err}") from err
 
@@ -274,10 +265,10 @@ def decode(frame: bytes) -> Message:
     if size != len(frame):
         raise P9ProtocolError(f"{defn.name} frame says size {size} but has {len(frame)} bytes: {frame[:24].hex()}")
     try:
-        body = body_codec(defn.type).parse(frame[HEADER_SIZE:])
+        parsed = frame_codec(defn.type).parse(frame)
     except (ConstructError, struct.error, ValueError, IndexError) as err:  # the compiled parser raises these
         raise P9ProtocolError(f"malformed {defn.name} frame ({len(frame)} bytes {frame[:24].hex()}…): {err}") from err
-    return Message(defn.name, int.from_bytes(frame[5:7], "little"), body)
+    return Message(defn.name, parsed.tag, parsed.body)
 
 
 # -- payloads resident in guest memory (the frame goes out or comes back without its data) ---------
