@@ -47,6 +47,8 @@ def sample(con: Any, seed: int) -> Any:
         return (seed * 2654435761) % (1 << (8 * con.sizeof()))
     if hasattr(con, "subcon"):  # Renamed, Prefixed, Rebuild ...
         return sample(con.subcon, seed)
+    if kind == "Compiled":  # what construct compiled: its declaration
+        return sample(con.defersubcon, seed)
     raise TypeError(f"no sample for {con!r}")
 
 
