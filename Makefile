@@ -9,6 +9,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
+# Python's bytecode and pytest's rewritten case modules are cached outside the tree: the checkout
+# stays clean (what PYTHONDONTWRITEBYTECODE is usually set for) and no run recompiles ~80 modules
+# (0.1-0.3 s per Python process; make test starts dozens).
+export PYTHONPYCACHEPREFIX := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/virtio9p-harness/pycache
+unexport PYTHONDONTWRITEBYTECODE
+
 PACKAGED_QEMU := /usr/bin/qemu-system-x86_64
 TSHARK := /usr/bin/tshark
 
