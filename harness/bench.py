@@ -197,7 +197,8 @@ def _readdir_runs(conn: Connection, path: list[str], msize: int, count: int, run
 #: The file's bytes repeat with this period, which no chunk size divides: data written at a wrong
 #: offset, or read from one, does not match.
 PERIOD = (8 << 20) + 4093
-#: Bytes of every resident Tread reply compared with the file (at a position that moves).
+#: Bytes of every resident Tread reply compared with the file, twice: at a position that moves and
+#: at the reply's end.
 SAMPLE = 64
 
 
@@ -293,12 +294,15 @@ def _io_read(io: IoPath, fid: int, offset: int, length: int, sink: int) -> float
     reply = pending.wait()
     if pending.result().count != length:
         raise HarnessError(f"Tread of {length} bytes at {offset} returned {pending.result().count}")
-    # the first reply whole, then SAMPLE bytes of each at a position that moves
-    at, span = (0, length) if offset == 0 else (offset // 7 % max(1, length - SAMPLE), min(SAMPLE, length))
+    # SAMPLE bytes at a position that moves from reply to reply, and the reply's last SAMPLE bytes
+    spans = [
+        (offset // 7 % max(1, length - SAMPLE), min(SAMPLE, length)),
+        (max(0, length - SAMPLE), min(SAMPLE, length)),
+    ]
     started = time.perf_counter()
-    got = io.conn.machine.qtest.memread(sink + at, span)
+    got = io.conn.machine.qtest.memread_many([(sink + at, n) for at, n in spans])
     io.conn.transport.transfer_seconds += time.perf_counter() - started
-    if got != io.expected(offset + at, span):
+    if got != [io.expected(offset + at, n) for at, n in spans]:
         raise HarnessError(f"Tread of {length} bytes at {offset}: bytes differ from those written")
     return reply.server_seconds
 

@@ -4,6 +4,7 @@ Benchmarks are commands, never timed tests: nothing here asserts a speed."""
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from fixtures.plugin import QemuUnderTest
-from harness import provision
+from harness import bench, provision
+from harness.errors import HarnessError
 from tests.subrun import PROJECT
 
 
@@ -66,3 +68,17 @@ def test_doctor_sees_the_synth_tree(qemu_under_test: QemuUnderTest) -> None:
     rows = dict(row[:2] for row in table_rows(run("doctor", "--qemu-binary", str(qemu_under_test.binary))))
     assert rows["qtest accelerator"] == "yes"
     assert rows["synth test tree"] == "yes (walked to LOPEN)"
+
+
+def test_io_check_finds_a_byte_written_at_the_wrong_place(tmp_path: Path) -> None:
+    """bench io trusts no count alone: the host file is compared with the pattern byte for byte."""
+    pattern = random.Random(9).randbytes(bench.PERIOD)
+    io = bench.IoPath(conn=None, pattern=pattern * 2, resident=True)  # type: ignore[arg-type]
+    size = bench.PERIOD + 5000
+    good = (pattern * 2)[:size]
+    (tmp_path / "f").write_bytes(good)
+    bench._check_file(io, tmp_path / "f", size)
+    shifted = good[:7000] + good[7001:] + b"\0"  # one byte lost: everything after moves
+    (tmp_path / "f").write_bytes(shifted)
+    with pytest.raises(HarnessError, match="differ near offset 0"):
+        bench._check_file(io, tmp_path / "f", size)
