@@ -123,8 +123,8 @@ def _options(driver: str, opts: list[tuple[str, str]]) -> str:
     return ",".join([driver, *(f"{key}={value.replace(',', ',,')}" for key, value in opts)])
 
 
-def _die_with_parent(parent: int) -> None:
-    """Runs in the child between fork and exec."""
+def die_with_parent(parent: int) -> None:
+    """``preexec_fn`` of every QEMU the harness starts: runs in the child between fork and exec."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:  # the parent died before prctl took effect
@@ -210,7 +210,7 @@ class Machine:
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                    preexec_fn=lambda: _die_with_parent(parent),
+                    preexec_fn=lambda: die_with_parent(parent),
                 )
             deadline = time.monotonic() + self.start_timeout
             conn = self._accept(qtest_listener, deadline)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 from harness.errors import ProvisionError
-from harness.machine import FsConfig, MachineConfig, SynthFs
+from harness.machine import FsConfig, MachineConfig, SynthFs, die_with_parent
 
 PROJECT = "virtio9p-harness"
 BINARY_NAME = "qemu-system-x86_64"
@@ -126,7 +126,18 @@ class Probe:
 
 
 def _run(argv: list[str], stdin: str = "", timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
+    """A short QEMU run; it dies with us like any other QEMU (a probe waiting for "quit" on its
+    monitor would otherwise outlive a harness killed mid-probe)."""
+    parent = os.getpid()
+    return subprocess.run(
+        argv,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        preexec_fn=lambda: die_with_parent(parent),
+    )
 
 
 def probe(binary: Path) -> Probe:

@@ -14,6 +14,7 @@ import struct
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from harness.errors import DeviceError, LeakError, RingFull
 from harness.guestmem import GuestMemory, align_up
@@ -35,17 +36,18 @@ def ring_runs(first: int, count: int, size: int) -> list[tuple[int, int]]:
     return [(start, head)] + ([(0, count - head)] if count > head else [])
 
 
-@dataclass(frozen=True)
-class Buffer:
-    """One guest buffer of a chain; ``writable`` buffers are for the device to fill."""
+class Buffer(NamedTuple):
+    """One guest buffer of a chain; ``writable`` buffers are for the device to fill.
+
+    Named tuples, as the other per-request records: immutable, and built 2-3 times faster than a
+    frozen dataclass (a few of them per request add up at 20,000 requests a second)."""
 
     addr: int
     length: int
     writable: bool = False
 
 
-@dataclass(frozen=True)
-class UsedElem:
+class UsedElem(NamedTuple):
     """A used-ring entry: the chain's head descriptor and the bytes the device wrote."""
 
     head: int

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -68,3 +70,43 @@ def test_cases_on_the_packaged_binary_skip_what_needs_the_synth_tree() -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     assert "no qtest accelerator, so QEMU built no synth test tree" in run.stdout
     assert run.stdout.strip().splitlines()[-1].startswith("9 passed, 1 skipped")
+
+
+def test_a_short_qemu_run_dies_with_the_harness(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """The probe's QEMU runs wait for "quit" on their monitor and do not exit at its end of file: a
+    harness killed mid-probe must not leave one behind (it did, until they got PR_SET_PDEATHSIG)."""
+    waits = [str(qemu_under_test.binary), "-machine", "none", "-display", "none", "-nodefaults", "-monitor", "stdio"]
+    code = f"from harness import provision; provision._run({[*waits, '-accel', 'qtest']!r})"
+    env = {**os.environ, "PYTHONPATH": str(PROJECT)}
+    harness = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=env)
+    try:
+        qemu = _wait_for(lambda: _qemus_in(tmp_path), "the probe's QEMU never started")
+        harness.kill()
+        harness.wait()
+        _wait_for(lambda: not _qemus_in(tmp_path), f"QEMU {qemu} outlived the harness that started it")
+    finally:
+        harness.kill()
+        for pid in _qemus_in(tmp_path):
+            os.kill(pid, 9)
+
+
+def _qemus_in(cwd: Path) -> list[int]:
+    """QEMU processes (by executable: the harness's own command line names QEMU too) working in ``cwd``."""
+    out = subprocess.run(["pgrep", "-f", "qemu-system"], capture_output=True, text=True, check=False).stdout
+    found = []
+    for pid in map(int, out.split()):
+        try:
+            exe, where = os.readlink(f"/proc/{pid}/exe"), os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue  # gone meanwhile
+        if "qemu-system" in Path(exe).name and where == str(cwd):
+            found.append(pid)
+    return found
+
+
+def _wait_for(condition: Callable[[], object], failure: str, seconds: float = 10.0) -> object:
+    deadline = time.monotonic() + seconds
+    while not (result := condition()):
+        assert time.monotonic() < deadline, failure
+        time.sleep(0.05)
+    return result

@@ -22,6 +22,7 @@ import errno as _errno
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from harness.errors import P9ProtocolError
 from harness.p9 import wire
@@ -29,8 +30,7 @@ from harness.p9 import wire
 MAGIC = "# virtio9p-harness reproducer"
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(NamedTuple):
     time: float
     direction: str  # "-->" sent, "<--" received, "-x-" not sent
     tag: int | None

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from harness.errors import DeviceError, DeviceNeedsReset, LeakError
 from harness.guestmem import GuestAllocator, align_up, read_ram_size
@@ -95,8 +96,7 @@ class Request:
     in_tail: int = 0
 
 
-@dataclass(frozen=True)
-class Completion:
+class Completion(NamedTuple):
     request: Request
     used_len: int
     reply: bytes
