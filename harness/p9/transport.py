@@ -80,6 +80,17 @@ class ChainLayout:
 SIMPLE = ChainLayout()
 
 
+def with_tails(chain: list[Buffer], out_tail: Buffer | None, in_tail: Buffer | None) -> tuple[Buffer, ...]:
+    """``chain`` with a resident device-readable buffer after the frame's, and a resident
+    device-writable one after the reply buffer's."""
+    if out_tail is not None:
+        first_in = next(pos for pos, buf in enumerate(chain) if buf.writable)
+        chain.insert(first_in, Buffer(out_tail.addr, out_tail.length))
+    if in_tail is not None:
+        chain.append(Buffer(in_tail.addr, in_tail.length, writable=True))
+    return tuple(chain)
+
+
 @dataclass
 class Request:
     """One submitted chain: where its frame and reply buffer live, and what to free after."""
@@ -189,28 +200,17 @@ class VirtioTransport:
         """
         if self.abandoned:
             raise DeviceError("this transport was abandoned with requests in flight")
-        # one guest block: the reply buffer (page-aligned), the frame, the indirect table after it
         tails = (out_tail is not None) + (in_tail is not None)
-        table_size = 16 * (layout.max_descriptors(reply_capacity) + tails) if layout.indirect else 0
-        block = self.alloc.alloc(reply_capacity + len(frame) + 16 + table_size)
-        frame_at = block + reply_capacity
-        table_at = align_up(frame_at + len(frame), 16)
-        chain = layout.buffers(frame_at, len(frame), block, reply_capacity)
-        if out_tail is not None:
-            first_in = next(pos for pos, buf in enumerate(chain) if buf.writable)
-            chain.insert(first_in, Buffer(out_tail.addr, out_tail.length))
-        if in_tail is not None:
-            chain.append(Buffer(in_tail.addr, in_tail.length, writable=True))
+        block, frame_at, table_at = self._place(len(frame), reply_capacity, layout, tails)
+        chain = with_tails(layout.buffers(frame_at, len(frame), block, reply_capacity), out_tail, in_tail)
         started = time.perf_counter()
         # the buffer is filled before the chain is made available (virtio 1.x 2.7.13): QEMU may pop
         # an entry as soon as avail.idx says so, even in the middle of our socket write. Padded up
         # to the table, so that the table's write continues this one (qtest joins them).
-        padding = bytes(table_at - frame_at - len(frame)) if layout.indirect else b""
+        padding = bytes(table_at - frame_at - len(frame)) if table_at is not None else b""
         self.machine.qtest.memwrite(frame_at, frame + padding)
         try:
-            head = self.queue.add(
-                tuple(chain), indirect_table=table_at if layout.indirect else None, loop=layout.loop, publish=False
-            )
+            head = self.queue.add(chain, indirect_table=table_at, loop=layout.loop, publish=False)
         except DeviceError:
             self.alloc.free(block)
             raise
@@ -219,9 +219,19 @@ class VirtioTransport:
         now = time.perf_counter()
         self.transfer_seconds += now - started  # the frame into guest memory, with the kick
         tail = in_tail.length if in_tail is not None else 0
-        request = Request(head, frame_at, block, reply_capacity, tuple(chain), (block,), now, tail)
+        request = Request(head, frame_at, block, reply_capacity, chain, (block,), now, tail)
         self._in_flight[head] = request
         return request
+
+    def _place(
+        self, frame_len: int, reply_capacity: int, layout: ChainLayout, tails: int
+    ) -> tuple[int, int, int | None]:
+        """One guest block for a request: the reply buffer (page-aligned), the frame, and for an
+        indirect layout the descriptor table after it. Returns block, frame and table addresses."""
+        table_size = 16 * (layout.max_descriptors(reply_capacity) + tails) if layout.indirect else 0
+        block = self.alloc.alloc(reply_capacity + frame_len + 16 + table_size)
+        frame_at = block + reply_capacity
+        return block, frame_at, align_up(frame_at + frame_len, 16) if layout.indirect else None
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
