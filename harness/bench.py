@@ -30,6 +30,7 @@ from harness.errors import HarnessError, ProvisionError
 from harness.machine import FsConfig, LocalFs, MachineConfig, SynthFs
 from harness.p9 import wire
 from harness.p9.connect import Connection, connect
+from harness.p9.session import Pending, Session
 from harness.p9.transport import ChainLayout
 from harness.qemu_suite import QEMU_72_CASES, QOS_PREFIX, firmware_wrapper, keyword_expression
 from harness.virtio_pci import Transport
@@ -76,6 +77,34 @@ def _rate(seconds: float, step: Callable[[], int]) -> tuple[int, float]:
     return done, done / elapsed
 
 
+class Window:
+    """``k`` Tgetattr kept in flight, as fio's iodepth: each step tops the window up (one batch,
+    one socket write) and takes every reply that has come, at least the oldest one's."""
+
+    def __init__(self, session: Session, k: int) -> None:
+        self.session, self.k = session, k
+        self.pending: list[Pending] = []
+
+    def step(self) -> int:
+        with self.session.batch():
+            missing = self.k - len(self.pending)
+            self.pending += [self._send() for _ in range(missing)]
+        self.pending[0].result()
+        finished = [p for p in self.pending if p.done()]
+        for pending in finished:
+            pending.result()
+        self.pending = [p for p in self.pending if p not in finished]
+        return len(finished)
+
+    def _send(self) -> Pending:
+        return self.session.send("Tgetattr", fid=0, request_mask=wire.GETATTR_BASIC, layout=INDIRECT)
+
+    def drain(self) -> None:
+        for pending in self.pending:
+            pending.result()
+        self.pending = []
+
+
 def rtt_table(binary: Path, transport: Transport, seconds: float) -> Table:
     table = Table("round trips", ["measurement"], ["ops", "ops/s", "µs/op", "socket writes/op"], compare="ops/s")
     with connect(machine_config(binary, SynthFs(), transport)) as conn:
@@ -94,27 +123,17 @@ def rtt_table(binary: Path, transport: Transport, seconds: float) -> Table:
             session.getattr(0, wire.GETATTR_BASIC)
             return 1
 
-        def in_flight(k: int) -> Callable[[], int]:
-            def step() -> int:
-                with session.batch():
-                    pending = [
-                        session.send("Tgetattr", fid=0, request_mask=wire.GETATTR_BASIC, layout=INDIRECT)
-                        for _ in range(k)
-                    ]
-                for p in pending:
-                    p.result()
-                return k
-
-            return step
-
         steps = [("qtest readw, sequential", qtest_one), ("qtest readw, 100 pipelined", qtest_batch)]
         steps += [("9P Tgetattr on the root, sequential", sequential)]
-        steps += [(f"9P Tgetattr, {k} in flight (indirect)", in_flight(k)) for k in (1, 8, 32, 128)]
+        windows = {k: Window(session, k) for k in (1, 8, 32, 128)}
+        steps += [(f"9P Tgetattr, {k} in flight (indirect)", window.step) for k, window in windows.items()]
         for name, step in steps:
             before = qt.round_trips
             count, rate = _rate(seconds, step)
             per_op = (qt.round_trips - before) / count
             table.rows.append((name, count, round(rate), round(1e6 / rate, 1), round(per_op, 2)))
+        for window in windows.values():
+            window.drain()
         session.clunk(0)
     return table
 

@@ -35,6 +35,9 @@ class FakeTransport:
     def batch(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
+    def completed(self, request: Request) -> bool:
+        return False  # this fake completes a request only when it is waited for
+
     def wait(self, request: Request, timeout: float) -> Completion | None:
         reply = self.answer(wire.decode(self.sent[request.head - 1]))
         return None if reply is None else Completion(request, len(reply), reply, request.head)
@@ -154,3 +157,11 @@ def test_raw_frames_go_out_unchanged(session: Session) -> None:
     frame = wire.with_size(wire.encode("Tversion", wire.NOTAG, msize=8192, version="9P2000.L"), 99)
     session.send_raw(frame)
     assert session.transport.sent[-1] == frame  # type: ignore[attr-defined]
+
+
+def test_done_never_waits_and_turns_true_once_a_reply_is_known(session: Session) -> None:
+    session.version()
+    pending = session.send("Tclunk", fid=0)
+    assert not pending.done()  # the fake transport answers only when waited for
+    pending.result()
+    assert pending.done()

@@ -50,6 +50,7 @@ class FrameTransport(Protocol):
         in_tail: Buffer | None = ...,
     ) -> Request: ...
     def wait(self, request: Request, timeout: float) -> Completion | None: ...
+    def completed(self, request: Request) -> bool: ...
 
 
 class State(enum.Enum):
@@ -91,6 +92,10 @@ class Pending:
 
     def describe(self) -> str:
         return str(self.request) if self.request else f"raw frame {self.frame[:32].hex()}"
+
+    def done(self) -> bool:
+        """Whether the reply is known to be there (an earlier poll found it); never waits."""
+        return self._reply is not None or self.session.transport.completed(self.handle)
 
     def wait(self, timeout: float | None = None) -> Reply:
         """Wait for the device to return the buffer; no checks on what it holds."""

@@ -284,6 +284,10 @@ class VirtioTransport:
                 time.sleep(0.0002)
         return self._done.pop(request.head)
 
+    def completed(self, request: Request) -> bool:
+        """Whether an earlier poll found ``request`` complete (its completion not yet taken)."""
+        return request.head in self._done and self._done[request.head].request is request
+
     def poll(self) -> list[Completion]:
         """Collect whatever has completed; returns and forgets every finished request."""
         self._poll(None)
