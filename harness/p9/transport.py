@@ -1,9 +1,12 @@
 """9P frames over virtio-9p-pci: device bring-up, one request queue, submit and complete.
 
-A request is a two-descriptor chain (the T-frame, then a writable reply buffer).  Submission
-(payload, descriptors, avail ring, notify) goes to QEMU in one socket write, so a request is on
-the ring when ``submit`` returns; each poll of ``used.idx`` also reads ahead the reply buffer of the
-request being waited for, so a fast reply costs no extra round trip.
+A request is a two-descriptor chain (the T-frame, then a writable reply buffer), laid out
+otherwise by a :class:`ChainLayout`; reply buffer, frame and any indirect table share one guest
+block.  Submission (frame, descriptors, avail ring, notify) goes to QEMU in one socket write, so a
+request is on the ring when ``submit`` returns; inside :meth:`VirtioTransport.batch` the requests
+are made available together, with one notification, when the batch ends.  Each poll of
+``used.idx`` also reads ahead the reply buffer of the request being waited for, so a fast reply
+costs no extra round trip.
 """
 
 from __future__ import annotations
