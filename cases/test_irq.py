@@ -11,13 +11,15 @@ from fixtures.pool import Device
 from fixtures.qos import qos
 from harness.p9 import wire
 from harness.p9.session import Session
+from harness.p9.transport import DEFAULT_FEATURES
 from harness.pci import Msix, PCIBus, route_intx
-from harness.virtio_pci import NO_VECTOR
+from harness.virtio_pci import F_RING_EVENT_IDX, NO_VECTOR
 
 IRQ = 11
 
 
 @pytest.mark.fresh_qemu  # qtest allows one IRQ intercept per QEMU process
+@pytest.mark.virtio_features(DEFAULT_FEATURES)  # an interrupt per completion: no EVENT_IDX
 @qos("irq/intx/{transport}", backends=["synth"], transport=["modern", "legacy"])
 def test_intx(attached: Session, device: Device, transport: str) -> None:
     """A completion raises the INTx line; the ISR reads 1 once, then 0, and the read lowers the
@@ -44,6 +46,7 @@ def test_intx(attached: Session, device: Device, transport: str) -> None:
 
 
 @pytest.mark.fresh_qemu  # MSI-X stays enabled in PCI config space across a virtio reset
+@pytest.mark.virtio_features(DEFAULT_FEATURES)  # an interrupt per completion: no EVENT_IDX
 @qos("irq/msix/{transport}", backends=["synth"], transport=["modern", "legacy"])
 def test_msix(attached: Session, device: Device, transport: str) -> None:
     """With MSI-X enabled and queue 0 on vector 0, each completion is a message: the vector's data
@@ -67,4 +70,35 @@ def test_msix(attached: Session, device: Device, transport: str) -> None:
     qt.memwrite(target, bytes(4))
     attached.getattr(0, wire.GETATTR_BASIC)
     assert qt.memread(target, 4) == bytes(4), "a message was sent for a queue without a vector"
+    device.transport.alloc.free(target)
+
+
+@pytest.mark.fresh_qemu  # MSI-X stays enabled in PCI config space across a virtio reset
+@pytest.mark.virtio_features(DEFAULT_FEATURES | F_RING_EVENT_IDX)
+@qos("irq/used_event/{transport}", backends=["synth"], transport=["modern", "legacy"])
+def test_used_event(attached: Session, device: Device, transport: str) -> None:
+    """With VIRTIO_RING_F_EVENT_IDX the device interrupts only when used.idx passes used_event
+    (virtio 1.x 2.7.10, vring_need_event): a used_event ahead of the next completion gets no
+    message, one at the current index gets exactly one, one already passed gets none."""
+    qt = device.machine.qtest
+    dev = device.transport.dev
+    queue = device.transport.queue
+    assert device.transport.features & F_RING_EVENT_IDX
+    msix = Msix.find(dev.pci)
+    target = device.transport.alloc.alloc(4096)
+    qt.memset(target, 4096, 0)
+    msix.program(0, target, 0xC0DE0000)
+    msix.enable()
+    assert dev.set_queue_vector(0, 0) == 0
+
+    def completion_signalled(used_event: int) -> bool:
+        qt.memwrite(target, bytes(4))
+        queue.set_used_event(used_event)
+        attached.getattr(0, wire.GETATTR_BASIC)
+        return int.from_bytes(qt.memread(target, 4), "little") == 0xC0DE0000
+
+    assert not completion_signalled(queue.last_used + 5), "interrupt before used_event was reached"
+    assert completion_signalled(queue.last_used), "no interrupt when used.idx passed used_event"
+    assert not completion_signalled(queue.last_used - 1), "interrupt for a used_event already passed"
+    assert completion_signalled(queue.last_used), "no interrupt when asked again"
     device.transport.alloc.free(target)

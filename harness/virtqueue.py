@@ -176,6 +176,11 @@ class SplitVirtqueue:
             run += _DESC.pack(buf.addr, buf.length, flags, 0 if last else nxt)
         self.mem.memwrite(table + 16 * run_start, bytes(run))
 
+    def set_used_event(self, index: int) -> None:
+        """Ask for an interrupt once ``used.idx`` passes ``index`` (VIRTIO_RING_F_EVENT_IDX: the
+        avail ring's last field, used_event); posted."""
+        self.mem.memwrite(self.layout.avail + 4 + 2 * self.size, _U16.pack(index & 0xFFFF))
+
     def avail_event_addr(self) -> int:
         """Where the device publishes avail_event (VIRTIO_RING_F_EVENT_IDX)."""
         return self.layout.used + 4 + 8 * self.size
