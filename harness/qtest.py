@@ -260,14 +260,21 @@ class QTest:
 
     def memread_many(self, spans: Iterable[tuple[int, int]]) -> list[bytes]:
         """Several reads in one socket write (spans above :data:`B64READ_CHUNK` in several lines)."""
-        spans = list(spans)
-        if all(0 < size <= B64READ_CHUNK for _, size in spans):  # the common case: a line each
-            payloads = self.exchange([f"b64read {addr:#x} {size:#x}" for addr, size in spans])
-            return [self._b64decode(text, size) for text, (_, size) in zip(payloads, spans, strict=True)]
-        pieces = [[(at, min(B64READ_CHUNK, addr + size - at)) for at in range(addr, addr + size, B64READ_CHUNK)]
-                  for addr, size in spans]  # fmt: skip
-        texts = iter(self.exchange([f"b64read {at:#x} {n:#x}" for piece in pieces for at, n in piece]))
-        return [b"".join(self._b64decode(next(texts), n) for _, n in piece) for piece in pieces]
+        lines: list[str] = []
+        sizes: list[int] = []
+        pieces: list[int] = []  # lines per span
+        for addr, size in spans:
+            starts = range(addr, addr + size, B64READ_CHUNK)
+            pieces.append(len(starts))
+            for at in starts:
+                sizes.append(min(B64READ_CHUNK, addr + size - at))
+                lines.append(f"b64read {at:#x} {sizes[-1]:#x}")
+        data = [self._b64decode(text, n) for text, n in zip(self.exchange(lines), sizes, strict=True)]
+        joined, at = [], 0
+        for count in pieces:
+            joined.append(data[at] if count == 1 else b"".join(data[at : at + count]))
+            at += count
+        return joined
 
     def memwrite(self, addr: int, data: bytes) -> None:
         """Post ``b64write`` lines of at most :data:`B64WRITE_CHUNK` bytes each. A write that starts
