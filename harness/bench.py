@@ -90,11 +90,15 @@ class Window:
             missing = self.k - len(self.pending)
             self.pending += [self._send() for _ in range(missing)]
         self.pending[0].result()
-        finished = [p for p in self.pending if p.done()]
-        for pending in finished:
-            pending.result()
-        self.pending = [p for p in self.pending if p not in finished]
-        return len(finished)
+        waiting = []
+        for pending in self.pending:
+            if pending.done():
+                pending.result()
+            else:
+                waiting.append(pending)
+        finished = len(self.pending) - len(waiting)
+        self.pending = waiting
+        return finished
 
     def _send(self) -> Pending:
         return self.session.send("Tgetattr", fid=0, request_mask=wire.GETATTR_BASIC, layout=INDIRECT)
@@ -295,24 +299,23 @@ def _io_write(io: IoPath, fid: int, offset: int, length: int, source: int) -> fl
         pending = session.send_resident("Twrite", Buffer(source + offset % PERIOD, length), fid=fid, offset=offset)
     else:
         pending = session.send("Twrite", fid=fid, offset=offset, data=io.expected(offset, length))
-    reply = pending.wait()
-    if pending.result().count != length:
-        raise HarnessError(f"Twrite of {length} bytes at {offset} wrote {pending.result().count}")
-    return reply.server_seconds
+    written = pending.result().count
+    if written != length:
+        raise HarnessError(f"Twrite of {length} bytes at {offset} wrote {written}")
+    return pending.wait().server_seconds
 
 
 def _io_read(io: IoPath, fid: int, offset: int, length: int, sink: int) -> float:
     session = io.conn.session
     if not io.resident:
         pending = session.send("Tread", fid=fid, offset=offset, count=length)
-        reply = pending.wait()
         if bytes(pending.result().data) != io.expected(offset, length):
             raise HarnessError(f"Tread of {length} bytes at {offset}: the bytes differ from those written")
-        return reply.server_seconds
+        return pending.wait().server_seconds
     pending = session.send_resident("Tread", Buffer(sink, length), fid=fid, offset=offset)
-    reply = pending.wait()
-    if pending.result().count != length:
-        raise HarnessError(f"Tread of {length} bytes at {offset} returned {pending.result().count}")
+    returned = pending.result().count
+    if returned != length:
+        raise HarnessError(f"Tread of {length} bytes at {offset} returned {returned}")
     # SAMPLE bytes at a position that moves from reply to reply, and the reply's last SAMPLE bytes
     spans = [
         (offset // 7 % max(1, length - SAMPLE), min(SAMPLE, length)),
@@ -323,7 +326,7 @@ def _io_read(io: IoPath, fid: int, offset: int, length: int, sink: int) -> float
     io.conn.transport.transfer_seconds += time.perf_counter() - started
     if got != [io.expected(offset + at, n) for at, n in spans]:
         raise HarnessError(f"Tread of {length} bytes at {offset}: bytes differ from those written")
-    return reply.server_seconds
+    return pending.wait().server_seconds
 
 
 def _check_file(io: IoPath, path: Path, size: int) -> None:

@@ -73,6 +73,9 @@ class RingLayout:
     def total_bytes(size: int, align: int = 4096) -> int:
         return align_up(16 * size + 6 + 2 * size, align) + 6 + 8 * size
 
+    def avail_slot(self, index: int) -> int:
+        return self.avail + 4 + 2 * (index % self.size)
+
     def used_elem(self, index: int) -> int:
         return self.used + 4 + 8 * (index % self.size)
 
@@ -154,7 +157,7 @@ class SplitVirtqueue:
         done = 0
         for start, run in ring_runs(old, len(heads), self.size):
             slots = struct.pack(f"<{run}H", *heads[done : done + run])
-            self.mem.memwrite(self.layout.avail + 4 + 2 * start, slots)
+            self.mem.memwrite(self.layout.avail_slot(start), slots)
             done += run
         self.avail_idx = (old + len(heads)) & 0xFFFF
         self.mem.memwrite(self.layout.avail + 2, _U16.pack(self.avail_idx))
@@ -179,7 +182,7 @@ class SplitVirtqueue:
     def set_used_event(self, index: int) -> None:
         """Ask for an interrupt once ``used.idx`` passes ``index`` (VIRTIO_RING_F_EVENT_IDX: the
         avail ring's last field, used_event); posted."""
-        self.mem.memwrite(self.layout.avail + 4 + 2 * self.size, _U16.pack(index & 0xFFFF))
+        self.mem.memwrite(self.layout.avail_slot(0) + 2 * self.size, _U16.pack(index & 0xFFFF))
 
     def avail_event_addr(self) -> int:
         """Where the device publishes avail_event (VIRTIO_RING_F_EVENT_IDX)."""
@@ -211,7 +214,7 @@ class SplitVirtqueue:
         raws = first
         if count > 1:  # the other new entries, in one or two spans of the ring
             runs = ring_runs(self.last_used + 1, count - 1, self.size)
-            raws += b"".join(self.mem.memread_many([(layout.used + 4 + 8 * slot, 8 * n) for slot, n in runs]))
+            raws += b"".join(self.mem.memread_many([(layout.used_elem(slot), 8 * n) for slot, n in runs]))
         elems = [self._retire(*elem) for elem in _USED_ELEM.iter_unpack(raws)]
         self.last_used = used_idx
         return elems, extra

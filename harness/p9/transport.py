@@ -289,7 +289,8 @@ class VirtioTransport:
 
     def completed(self, request: Request) -> bool:
         """Whether an earlier poll found ``request`` complete (its completion not yet taken)."""
-        return request.head in self._done and self._done[request.head].request is request
+        done = self._done.get(request.head)
+        return done is not None and done.request is request
 
     def poll(self) -> list[Completion]:
         """Collect whatever has completed; returns and forgets every finished request."""
@@ -309,16 +310,17 @@ class VirtioTransport:
                     f"device reports {elem.length} bytes written into a "
                     f"{request.in_size + request.in_tail}-byte reply buffer"
                 )
-        # every reply not already read ahead comes back in one exchange (a resident tail stays)
-        missing = [(r.in_addr, min(e.length, r.in_size)) for r, e in zip(requests, elems, strict=True)
-                   if not (r is awaited and min(e.length, r.in_size) <= len(ahead[0]))]  # fmt: skip
+        # what was written into each reply buffer (a resident tail stays where it is); every reply
+        # not already read ahead comes back in one exchange
+        lengths = [min(e.length, r.in_size) for r, e in zip(requests, elems, strict=True)]
+        ahead_ok = [r is awaited and n <= len(ahead[0]) for r, n in zip(requests, lengths, strict=True)]
+        missing = [(r.in_addr, n) for r, n, ok in zip(requests, lengths, ahead_ok, strict=True) if not ok]
         started = time.perf_counter()
         fetched = iter(qt.memread_many(missing) if missing else [])
         if missing:
             self.transfer_seconds += time.perf_counter() - started
-        for request, elem in zip(requests, elems, strict=True):
-            length = min(elem.length, request.in_size)
-            reply = ahead[0][:length] if request is awaited and length <= len(ahead[0]) else next(fetched)
+        for request, elem, length, ok in zip(requests, elems, lengths, ahead_ok, strict=True):
+            reply = ahead[0][:length] if ok else next(fetched)
             self._finish(request, elem, reply, seen - request.submitted_at)
 
     def _finish(self, request: Request, elem: UsedElem, reply: bytes, server: float) -> None:
