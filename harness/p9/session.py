@@ -154,10 +154,7 @@ class Session:
 
         ``layout`` lays the request out in descriptors other than the plain two.
         """
-        if self.state is State.CLOSED:
-            raise P9StateError(f"{name} on a closed session")
-        if tag is None:
-            tag = wire.NOTAG if name == "Tversion" else self._free_tag()
+        tag = self._tag_for(name, tag)
         message = wire.Message(name, tag, fields)
         return self._submit(message, wire.encode(name, tag, **fields), reply_capacity, layout)
 
@@ -172,9 +169,7 @@ class Session:
         """A Twrite whose data is already in guest memory at ``region``, or a Tread of
         ``region.length`` bytes the server writes straight there: the payload never crosses the
         qtest socket (``bench io``'s data path). The Tread's reply decodes as ``Rread(count=n)``."""
-        if self.state is State.CLOSED:
-            raise P9StateError(f"{name} on a closed session")
-        tag = self._free_tag()
+        tag = self._tag_for(name)
         shown = {**fields, "data_at": f"{region.addr:#x}", "count": region.length}
         if name == "Twrite":
             frame = wire.encode_head(name, tag, region.length, **fields)
@@ -270,6 +265,15 @@ class Session:
                 self.fids.add(request.newfid)
             case "Tclunk" | "Tremove":
                 self.fids.discard(request.fid)
+
+    def _tag_for(self, name: str, tag: int | None = None) -> int:
+        """The tag a new ``name`` request goes out with (Tversion NOTAG, others the lowest free
+        one, unless given); a closed session sends nothing."""
+        if self.state is State.CLOSED:
+            raise P9StateError(f"{name} on a closed session")
+        if tag is not None:
+            return tag
+        return wire.NOTAG if name == "Tversion" else self._free_tag()
 
     def _free_tag(self) -> int:
         for tag in range(wire.NOTAG):
