@@ -40,7 +40,7 @@ def matrix(binaries: list[str], selection: list[str]) -> int:
     differing = sum(1 for row in rows if row[0])
     headers = [
         "case",
-        *(f"{n}: {path.name} ({provision.probe(path).version}, {path.parent})" for n, path in enumerate(paths)),
+        *(f"{n}: {path.name} ({provision.probe_cached(path).version}, {path.parent})" for n, path in enumerate(paths)),
     ]
     print(tabulate([row[1:] for row in rows], headers=headers, tablefmt="github"))
     print(f"{len(cases)} cases, {differing} differ")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -22,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -47,6 +48,8 @@ DEBIAN_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
 SRC_SOURCES = Path(f"/etc/apt/sources.list.d/{PROJECT}-src.sources")
 STAMP = "build.json"
 ENV_BINARY = "QTEST_QEMU_BINARY"
+#: Bumped when :class:`Probe` changes, so that older cached answers are not read.
+PROBE_FORMAT = 1
 
 
 def cache_root() -> Path:
@@ -176,12 +179,39 @@ def probe(binary: Path) -> Probe:
     )
 
 
+def probe_cached(binary: Path, root: Path | None = None) -> Probe:
+    """:func:`probe`, answered from the cache while ``binary`` is the same file.
+
+    Every pytest process (each xdist worker too) needs the answers, and the five QEMU runs cost
+    ~40 ms of CPU. The key is the file's identity (device, inode, size, mtime, ctime): a rebuilt,
+    replaced or touched binary is probed again. A cache that cannot be read or written is no
+    error; the binary is then probed every time.
+    """
+    info = binary.stat()
+    identity = [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
+    path = (
+        (root or cache_root()) / "probes" / (hashlib.sha256(str(binary.resolve()).encode()).hexdigest()[:16] + ".json")
+    )
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        kept = json.loads(path.read_text())
+        if kept["format"] == PROBE_FORMAT and kept["identity"] == identity:
+            return Probe(**kept["probe"])
+    found = probe(binary)
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record = {"format": PROBE_FORMAT, "identity": identity, "probe": asdict(found)}
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as out:
+            json.dump(record, out)
+        os.replace(out.name, path)  # atomic: a concurrent worker reads the old file or the new one
+    return found
+
+
 def usable_config(
     binary: Path, fs: FsConfig | None = None, transport: str = "modern", ram_mib: int = 128
 ) -> tuple[MachineConfig, Probe]:
-    """Probe ``binary``, refuse it if it cannot be tested, and configure a machine on it (with the
-    qtest accelerator, or degraded ``-accel tcg -S``)."""
-    found = probe(binary)
+    """Probe ``binary`` (cached), refuse it if it cannot be tested, and configure a machine on it
+    (with the qtest accelerator, or degraded ``-accel tcg -S``)."""
+    found = probe_cached(binary)
     found.require_usable()
     config = MachineConfig(
         binary=binary,

@@ -54,6 +54,45 @@ def test_binary_without_qtest_is_refused_saying_how(tmp_path: Path) -> None:
         found.require_usable()
 
 
+def _counting_fake(tmp_path: Path, version: str) -> tuple[Path, Path]:
+    """A binary that answers --version and appends a line to a log for every run."""
+    log, fake = tmp_path / "runs.log", tmp_path / "qemu-system-x86_64"
+    answer = f'[ "$1" = --version ] && echo "QEMU emulator version {version}" && exit 0'
+    fake.write_text(f"#!/bin/sh\necho run >> {log}\n{answer}\nexit 1\n")
+    fake.chmod(0o755)
+    return fake, log
+
+
+def _runs(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def test_probe_answers_are_kept_while_the_binary_is_the_same_file(tmp_path: Path) -> None:
+    fake, log = _counting_fake(tmp_path, "9.9.9")
+    cache = tmp_path / "cache"
+    first = provision.probe_cached(fake, cache)
+    probed = _runs(log)
+    assert probed >= 5 and first.version == "9.9.9"
+    assert provision.probe_cached(fake, cache) == first and _runs(log) == probed  # no QEMU run
+    fake.write_text(fake.read_text().replace("9.9.9", "9.9.10"))  # rebuilt: same path, new file
+    assert provision.probe_cached(fake, cache).version == "9.9.10" and _runs(log) == 2 * probed
+
+
+def test_a_damaged_probe_cache_means_probing_again(tmp_path: Path) -> None:
+    fake, log = _counting_fake(tmp_path, "9.9.9")
+    cache = tmp_path / "cache"
+    provision.probe_cached(fake, cache)
+    (kept,) = (cache / "probes").iterdir()
+    for damage in ("{not json", '{"format": 1, "identity": [], "probe": {}}', '{"format": 99}'):
+        kept.write_text(damage)
+        before = _runs(log)
+        assert provision.probe_cached(fake, cache).version == "9.9.9" and _runs(log) > before
+    unusable = tmp_path / "a-file"
+    unusable.write_text("")  # no directory can be made under it: answers still come, probed each time
+    before = _runs(log)
+    assert provision.probe_cached(fake, unusable).version == "9.9.9" and _runs(log) > before
+
+
 @pytest.mark.skipif(not PACKAGED.exists(), reason="Debian's qemu-system-x86 is not installed (make test installs it)")
 def test_packaged_binary_runs_degraded() -> None:
     found = provision.probe(PACKAGED)
