@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.plugin import QemuUnderTest
+from fixtures.devices import QemuUnderTest
 from fixtures.pool import Device
 from fixtures.qos import qos
 from harness.p9 import malformed, wire

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fixtures.plugin import QemuUnderTest
+from fixtures.devices import QemuUnderTest
 
 PROJECT = Path(__file__).resolve().parent.parent
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.plugin import QemuUnderTest
+from fixtures.devices import QemuUnderTest
 from fixtures.pool import MachinePool
 from harness.errors import QEMUError, QEMUExited, QEMUStartError
 from harness.machine import LocalFs, Machine, MachineConfig

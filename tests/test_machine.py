@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from fixtures.plugin import QemuUnderTest
+from fixtures.devices import QemuUnderTest
 from harness.machine import LocalFs, Machine, MachineConfig
 from harness.p9.session import Session
 from harness.p9.transport import VirtioTransport

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from fixtures.plugin import QemuUnderTest
+from fixtures.devices import QemuUnderTest
 from tests.subrun import PROJECT
 
 #: interrupts (EVENT_IDX moves them to used_event), a malformed frame that ends in virtio_error()

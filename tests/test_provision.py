@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.plugin import QemuUnderTest
+from fixtures.devices import QemuUnderTest
 from harness import provision
 from harness.errors import ProvisionError
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.plugin import QemuUnderTest
+from fixtures.devices import QemuUnderTest
 from harness.repl import Repl
 from tests.subrun import PROJECT, run_pytest
 
