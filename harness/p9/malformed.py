@@ -12,9 +12,11 @@ nothing), or ``died: killed by SIGSEGV (-11)``.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +38,23 @@ UNKNOWN_TYPES = (0, 1, 2, 5, 6, 99, 106, 150, 255)
 
 @dataclass(frozen=True)
 class Malformed:
-    """One entry: its id, what is wrong, when to send it, and how to make its frame."""
+    """One entry: its id, what is wrong, when to send it, and how to make its frame.
+
+    The frame is made when first asked for: collecting the cases names every entry, but a run
+    that selects a few should not build (and compile the codecs of) every message.
+    """
 
     name: str
     what: str
-    frame: bytes
+    make: Callable[[], bytes] = field(repr=False, compare=False)
     #: "attached" (Tversion and Tattach first), "versioned" (Tversion only) or "new" (nothing)
     state: str = "attached"
     #: a request to have in flight (blocking) when the frame goes out
     blocker: bool = False
+
+    @functools.cached_property
+    def frame(self) -> bytes:
+        return self.make()
 
 
 def example_fields(message: wire.MessageDef) -> dict[str, Any]:
@@ -85,26 +95,39 @@ def field_boundaries(body: Construct, fields: dict[str, Any]) -> list[tuple[str,
     return offsets
 
 
+@functools.cache
 def _frame(name: str, tag: int = 1, **overrides: Any) -> bytes:
     defn = wire.BY_NAME[name]
     return wire.encode(name, tag, **{**example_fields(defn), **overrides})
 
 
 def _per_message(defn: wire.MessageDef) -> Iterator[Malformed]:
-    good = _frame(defn.name)
-    yield Malformed(f"{defn.name}/size_smaller", "size field one less than the frame",
-                    wire.with_size(good, len(good) - 1))  # fmt: skip
-    yield Malformed(f"{defn.name}/size_larger", "size field one more than the frame",
-                    wire.with_size(good, len(good) + 1))  # fmt: skip
-    fields = example_fields(defn)
-    for field, offset in field_boundaries(defn.body, fields):
-        yield Malformed(f"{defn.name}/cut_before_{field}", f"body ends where {field} would start",
-                        wire.truncated(good, wire.HEADER_SIZE + offset))  # fmt: skip
-    strings = [(f, o) for f, o in field_boundaries(defn.body, fields) if isinstance(_sub(defn, f), wire._Str)]
+    name = defn.name
+    yield Malformed(f"{name}/size_smaller", "size field one less than the frame", partial(_resized, name, -1))
+    yield Malformed(f"{name}/size_larger", "size field one more than the frame", partial(_resized, name, +1))
+    boundaries = field_boundaries(defn.body, example_fields(defn))
+    for field_name, offset in boundaries:
+        yield Malformed(f"{name}/cut_before_{field_name}", f"body ends where {field_name} would start",
+                        partial(_cut, name, wire.HEADER_SIZE + offset))  # fmt: skip
+    strings = [(f, o) for f, o in boundaries if isinstance(_sub(defn, f), wire._Str)]
     if strings:
-        field, offset = strings[0]
-        yield Malformed(f"{defn.name}/string_past_end", f"{field}'s length runs past the end of the frame",
-                        _long_string(good, wire.HEADER_SIZE + offset))  # fmt: skip
+        field_name, offset = strings[0]
+        yield Malformed(f"{name}/string_past_end", f"{field_name}'s length runs past the end of the frame",
+                        partial(_string_past_end, name, wire.HEADER_SIZE + offset))  # fmt: skip
+
+
+def _resized(name: str, by: int) -> bytes:
+    good = _frame(name)
+    return wire.with_size(good, len(good) + by)
+
+
+def _cut(name: str, at: int) -> bytes:
+    return wire.truncated(_frame(name), at)
+
+
+def _string_past_end(name: str, at: int) -> bytes:
+    good = _frame(name)
+    return good[:at] + (0xFFF0).to_bytes(2, "little") + good[at + 2 :]
 
 
 def _sub(defn: wire.MessageDef, name: str) -> Construct:
@@ -112,12 +135,12 @@ def _sub(defn: wire.MessageDef, name: str) -> Construct:
 
 
 def _unknown_type(number: int) -> Malformed:
-    frame = wire.with_type(_frame("Tgetattr"), number)
-    return Malformed(f"type/{number}", f"message type {number}, which 9P2000.L does not define", frame)
+    return Malformed(f"type/{number}", f"message type {number}, which 9P2000.L does not define",
+                     partial(_with_type, number))  # fmt: skip
 
 
-def _long_string(frame: bytes, at: int) -> bytes:
-    return frame[:at] + (0xFFF0).to_bytes(2, "little") + frame[at + 2 :]
+def _with_type(number: int) -> bytes:
+    return wire.with_type(_frame("Tgetattr"), number)
 
 
 def catalogue() -> list[Malformed]:
@@ -126,25 +149,28 @@ def catalogue() -> list[Malformed]:
     for defn in wire.TABLE:
         if defn.is_request:
             entries += _per_message(defn)
-    walk = _frame("Twalk", wnames=["a"] * 16)
     entries += [_unknown_type(number) for number in UNKNOWN_TYPES]
     entries += [
-        Malformed("Twalk/nwname_17_with_16_names", "nwname says 17, 16 names follow",
-                  walk[:15] + (17).to_bytes(2, "little") + walk[17:]),
+        Malformed("Twalk/nwname_17_with_16_names", "nwname says 17, 16 names follow", _walk_17_with_16_names),
         Malformed("Twalk/nwname_65535", "nwname 65535 and no names",
-                  wire.encode("Twalk", 1, fid=ROOT_FID, newfid=100, wnames=[])[:-2] + b"\xff\xff"),
+                  lambda: wire.encode("Twalk", 1, fid=ROOT_FID, newfid=100, wnames=[])[:-2] + b"\xff\xff"),
         Malformed("Tversion/real_tag", "Tversion with tag 1 instead of NOTAG",
-                  _frame("Tversion", tag=1, version="9P2000.L"), state="new"),
+                  lambda: _frame("Tversion", tag=1, version="9P2000.L"), state="new"),
         Malformed("order/attach_before_version", "Tattach before any Tversion",
-                  _frame("Tattach", afid=wire.NOFID, n_uname=0), state="new"),
+                  lambda: _frame("Tattach", afid=wire.NOFID, n_uname=0), state="new"),
         Malformed("order/walk_before_attach", "Twalk of fid 0 before any Tattach",
-                  _frame("Twalk", wnames=[]), state="versioned"),
+                  lambda: _frame("Twalk", wnames=()), state="versioned"),
         Malformed("tag/reused_in_flight", "a second request with the tag of one still in flight",
-                  _frame("Tgetattr", tag=7, request_mask=wire.GETATTR_BASIC), blocker=True),
+                  lambda: _frame("Tgetattr", tag=7, request_mask=wire.GETATTR_BASIC), blocker=True),
         Malformed("fid/unknown", "Tgetattr of a fid never made",
-                  _frame("Tgetattr", fid=4242, request_mask=wire.GETATTR_BASIC)),
+                  lambda: _frame("Tgetattr", fid=4242, request_mask=wire.GETATTR_BASIC)),
     ]  # fmt: skip
     return entries
+
+
+def _walk_17_with_16_names() -> bytes:
+    walk = _frame("Twalk", wnames=("a",) * 16)
+    return walk[:15] + (17).to_bytes(2, "little") + walk[17:]
 
 
 def prepare(session: Session, entry: Malformed) -> Pending | None:
