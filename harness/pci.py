@@ -28,6 +28,7 @@ CAPABILITY_LIST = 0x34
 COMMAND_IO = 0x1
 COMMAND_MEMORY = 0x2
 COMMAND_MASTER = 0x4
+ENABLED = COMMAND_IO | COMMAND_MEMORY | COMMAND_MASTER
 STATUS_CAP_LIST = 0x10
 
 CAP_ID_VENDOR = 0x09
@@ -194,11 +195,14 @@ class PCIDevice:
 
     def enable(self) -> None:
         """Turn on I/O, memory decoding and bus mastering, and check that they stuck."""
-        want = COMMAND_IO | COMMAND_MEMORY | COMMAND_MASTER
-        self.write16(COMMAND, self.read16(COMMAND) | want)
+        self.write16(COMMAND, self.read16(COMMAND) | ENABLED)
         got = self.read16(COMMAND)
-        if got & want != want:
-            raise DeviceError(f"{self!r}: PCI command reads {got:#06x} after enabling {want:#x}")
+        if got & ENABLED != ENABLED:
+            raise DeviceError(f"{self!r}: PCI command reads {got:#06x} after enabling {ENABLED:#x}")
+
+    def enabled(self) -> bool:
+        """I/O, memory decoding and bus mastering are on (a system reset turns them off)."""
+        return self.read16(COMMAND) & ENABLED == ENABLED
 
     def map_bar(self, index: int) -> Bar:
         """Size BAR ``index`` the standard way, place it, and return it."""

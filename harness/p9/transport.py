@@ -127,8 +127,8 @@ class VirtioTransport:
     def __init__(self, machine: Machine, *, features: int = DEFAULT_FEATURES) -> None:
         self.machine = machine
         self.wanted_features = features
-        self._ram_size: int | None = None
-        self.dev: VirtioPCI
+        self._ram_size = read_ram_size(machine.qtest)
+        self.dev = self._discover()
         self.alloc: GuestAllocator
         self.queue: SplitVirtqueue
         self.features = 0
@@ -146,8 +146,8 @@ class VirtioTransport:
         if self.abandoned:
             raise DeviceError("this transport was abandoned with requests in flight: start a new QEMU")
         qt = self.machine.qtest
-        if self._ram_size is None:
-            self._ram_size = read_ram_size(qt)
+        if not self.dev.pci.enabled():  # a system reset cleared PCI config space
+            self.dev = self._discover()
         self.alloc = GuestAllocator.for_ram(self._ram_size)
         self._in_flight.clear()
         self._done.clear()
@@ -155,7 +155,6 @@ class VirtioTransport:
         self.notifications = self.suppressed_notifications = 0
         #: seconds spent moving frames into guest memory and replies out of it (the harness's share)
         self.transfer_seconds = 0.0
-        self.dev = open_virtio_pci(PCIBus(qt), DEVICE_TYPE_9P, self.machine.config.transport)
         #: Device status read back at each step of this bring-up: 0, 1, 3, (0xb), 0xf / 0x7.
         self.status_history: list[int] = []
         self.features = negotiate(self.dev, self.wanted_features, self.status_history)
@@ -168,6 +167,11 @@ class VirtioTransport:
         self.queue.clear_rings()
         self.dev.setup_queue(REQUEST_QUEUE, self.queue.layout)
         driver_ok(self.dev, self.status_history)
+
+    def _discover(self) -> VirtioPCI:
+        """Find, enable and map the function: once per QEMU, as a guest driver probes once. A
+        virtio reset leaves PCI config space (BARs, capabilities, command register) as it was."""
+        return open_virtio_pci(PCIBus(self.machine.qtest), DEVICE_TYPE_9P, self.machine.config.transport)
 
     def reset(self, features: int | None = None) -> None:
         """Per-test queue reset: device reset, queue set up again, all state dropped.
