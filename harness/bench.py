@@ -32,7 +32,7 @@ from harness.p9 import wire
 from harness.p9.connect import Connection, connect
 from harness.p9.session import Pending, Session
 from harness.p9.transport import ChainLayout
-from harness.qemu_suite import QEMU_72_CASES, QOS_PREFIX, firmware_wrapper, keyword_expression
+from harness.qemu_suite import QEMU_72_CASES, QOS_PREFIX, firmware_wrapper
 from harness.virtio_pci import Transport
 from harness.virtqueue import Buffer
 
@@ -427,7 +427,7 @@ def bench_suite(explicit: str | None, rounds: int) -> int:
     if qos_test is None:
         raise ProvisionError(f"no qos-test beside {binary}: run `python -m harness qemu build --with-qos-test`")
     wrapper = firmware_wrapper(binary)
-    pytest = [sys.executable, "-m", "pytest", "cases/", "-q", "--qemu-binary", str(binary), "-k", keyword_expression()]
+    pytest = [sys.executable, "-m", "pytest", "cases/", "-q", "--qemu-binary", str(binary), "--qemu-suite"]
     # as `make conformance` runs it: bytecode cached outside the tree (see the Makefile)
     ours = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
     ours["PYTHONPYCACHEPREFIX"] = str(provision.cache_root() / "pycache")

@@ -28,11 +28,6 @@ QOS_PREFIX = "/x86_64/pc/i440FX-pcihost/pci-bus-pc/pci-bus/virtio-9p-pci/virtio-
 QOS_FIRMWARE_DIRS = (*FIRMWARE_DIRS, Path("/usr/lib/ipxe/qemu"))
 
 
-def keyword_expression(names: tuple[str, ...] = QEMU_72_CASES) -> str:
-    """A ``pytest -k`` expression that selects exactly ``names``."""
-    return " or ".join(names)
-
-
 def firmware_wrapper(binary: Path) -> Path:
     """A ``qemu-system-x86_64`` script that runs ``binary`` with the firmware directories.
 

@@ -9,9 +9,9 @@ from harness.qemu_suite import QEMU_72_CASES
 from tests.subrun import PROJECT
 
 
-def collected_ids() -> list[str]:
+def collected_ids(*options: str) -> list[str]:
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "cases/", "--collect-only", "-q", "--backend", "all"],
+        [sys.executable, "-m", "pytest", "cases/", "--collect-only", "-q", "--backend", "all", *options],
         cwd=PROJECT, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     return [line for line in out.splitlines() if "::" in line]
@@ -30,3 +30,12 @@ def test_every_case_id_is_a_path() -> None:
     for node in collected_ids():
         path = node.rsplit("[", 1)[1].rstrip("]")
         assert path.split("/")[0] in ("synth", "local"), node
+
+
+def test_qemu_suite_option_selects_exactly_qemus_cases() -> None:
+    chosen = collected_ids("--qemu-suite")
+    assert sorted(node.rsplit("[", 1)[1].rstrip("]") for node in chosen) == sorted(QEMU_72_CASES)
+    walks = collected_ids("--qemu-suite", "-k", "walk")
+    assert sorted(node.rsplit("[", 1)[1].rstrip("]") for node in walks) == sorted(
+        name for name in QEMU_72_CASES if "walk" in name
+    )
