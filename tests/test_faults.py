@@ -172,16 +172,18 @@ CASE = textwrap.dedent(
     @qos("fault/sleeper", backends=["synth", "local"])
     def test_sleeper(attached):
         attached.clunk(0)
+        open(os.path.join(os.environ["TMPDIR"], f"sleeping-{os.getpid()}"), "w").close()
         time.sleep(float(os.environ.get("SLEEP", "60")))
     """
 )
 
 
-def _wait_for_qemus(marker: str, count: int, proc: subprocess.Popen[str]) -> None:
+def _wait_for_sleepers(tmp_path: Path, count: int, proc: subprocess.Popen[str]) -> None:
+    """Until ``count`` processes are in the middle of a case (QEMUs start ahead of the cases)."""
     deadline = time.monotonic() + 30
-    while len(_our_qemus(marker)) < count:
+    while len(list(tmp_path.glob("sleeping-*"))) < count:
         assert proc.poll() is None, proc.communicate()[0]
-        assert time.monotonic() < deadline, "QEMU never started"
+        assert time.monotonic() < deadline, "no case started"
         time.sleep(0.05)
 
 
@@ -191,7 +193,7 @@ def _leftovers(tmp_path: Path) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("args", "sig", "qemus"),
+    ("args", "sig", "sleepers"),
     [
         pytest.param((), signal.SIGINT, 1, id="ctrl-c"),
         pytest.param((), signal.SIGTERM, 1, id="sigterm"),
@@ -201,11 +203,11 @@ def _leftovers(tmp_path: Path) -> list[str]:
     ],
 )
 def test_no_qemu_left_after_pytest_ends(
-    tmp_path: Path, qemu_under_test: QemuUnderTest, args: tuple[str, ...], sig: signal.Signals, qemus: int
+    tmp_path: Path, qemu_under_test: QemuUnderTest, args: tuple[str, ...], sig: signal.Signals, sleepers: int
 ) -> None:
     proc = run_pytest(tmp_path, qemu_under_test, *args, source=CASE)
     try:
-        _wait_for_qemus(str(tmp_path), qemus, proc)
+        _wait_for_sleepers(tmp_path, sleepers, proc)
         os.killpg(proc.pid, sig)  # the whole process group, as a terminal's Ctrl-C
         proc.communicate(timeout=30)
     finally:
@@ -224,7 +226,7 @@ def test_a_killed_xdist_worker_leaves_nothing(tmp_path: Path, qemu_under_test: Q
         tmp_path, qemu_under_test, "-n", "2", "--max-worker-restart", "0", source=CASE, env={"SLEEP": "3"}
     )
     try:
-        _wait_for_qemus(str(tmp_path), 2, proc)
+        _wait_for_sleepers(tmp_path, 2, proc)
         qemus = _our_qemus(str(tmp_path))
         assert qemus, "the QEMUs went away before a worker could be killed"
         status = Path(f"/proc/{qemus[0]}/status").read_text()

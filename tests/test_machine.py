@@ -80,6 +80,38 @@ def test_fresh_qemu_marker_gives_a_process_of_its_own(tmp_path: Path, qemu_under
     assert out.strip().splitlines()[-1].startswith("3 passed"), out
 
 
+def test_the_shared_qemus_of_the_selected_cases_run_before_the_first_case(
+    tmp_path: Path, qemu_under_test: QemuUnderTest
+) -> None:
+    """One QEMU per configuration the selected cases share is started when collection ends (all
+    spawned, then each connected): none for a fresh_qemu case, none for a case not selected."""
+    source = textwrap.dedent(
+        """
+        import os
+        import pytest
+        from fixtures.qos import qos
+
+        @qos("a", backends=["synth", "local"])
+        def test_a(device, machine_pool):
+            assert machine_pool.starts == int(os.environ["STARTED"])  # all, before the first case
+
+        @pytest.mark.fresh_qemu
+        @qos("b", backends=["synth"])
+        def test_b_fresh(device, machine_pool):
+            assert machine_pool.starts == int(os.environ["STARTED"])
+
+        @pytest.mark.fsdev(security_model="none")
+        @qos("c", backends=["local"])
+        def test_c_a_configuration_of_its_own(device, machine_pool):
+            assert machine_pool.starts == int(os.environ["STARTED"])
+        """
+    )
+    for args, started, passed in ((), 3, 4), (("-k", "not own"), 2, 3):
+        proc = run_pytest(tmp_path, qemu_under_test, *args, source=source, env={"STARTED": str(started)})
+        out, _ = proc.communicate(timeout=60)
+        assert out.strip().splitlines()[-1].startswith(f"{passed} passed"), out
+
+
 def test_clock_commands_on_the_qtest_accelerator(qemu_under_test: QemuUnderTest) -> None:
     """clock_step and clock_set move QEMU's virtual clock only under the qtest accelerator."""
     config = MachineConfig(binary=qemu_under_test.binary, accel=qemu_under_test.probe.accel)
