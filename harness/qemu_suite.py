@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.provision import FIRMWARE_DIRS
 
-#: The 27 cases of QEMU 7.2, by the names both suites use.
+#: The 27 cases of QEMU 7.2, by the names both suites use, in the order qos-test runs them.
 QEMU_72_CASES = (
     *(f"synth/{name}" for name in (
         "config", "version/basic", "attach/basic", "walk/basic", "walk/no_slash", "walk/none",
