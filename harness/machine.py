@@ -155,6 +155,8 @@ class Machine:
         self._qtest: QTest | None = None
         self._qmp: QEMUMonitorProtocol | None = None
         self._qtest_listener: socket.socket | None = None
+        #: QMP is greeted (connect() got that far): ``quit`` can be asked of it.
+        self._qmp_connected = False
         self._deadline = 0.0
         #: True once the harness asked QEMU to stop: an exit after that is not a crash.
         self.stopped_by_harness = False
@@ -246,6 +248,7 @@ class Machine:
             self._qtest_listener = None
         self._qtest = QTest(conn, timeout=self.qtest_timeout, on_lost=self._explain_lost)
         self._qmp.accept(timeout=max(0.1, self._deadline - time.monotonic()))
+        self._qmp_connected = True
         self._qtest.endianness()
 
     def _accept(self, listener: socket.socket, deadline: float) -> socket.socket:
@@ -279,20 +282,24 @@ class Machine:
                 self._proc.kill()  # it already failed to answer qtest: asking it to quit would only wait
             if self._proc is not None and self.is_running():
                 self._proc.send_signal(signal.SIGCONT)  # a stopped QEMU could not obey quit
-            if self._qmp is not None and self.is_running():
+            asked = False
+            if self._qmp is not None and self._qmp_connected and self.is_running():
                 with contextlib.suppress(QMPError, OSError, TimeoutError, EOFError):
                     self._qmp.settimeout(timeout)
                     self._qmp.cmd("quit")
-            return self._stop_process(timeout)
+                    asked = True
+            return self._stop_process(timeout, asked_to_quit=asked)
         finally:
             self._close_connections()
             self._remove_dir()
 
-    def _stop_process(self, timeout: float = 5.0) -> int | None:
+    def _stop_process(self, timeout: float = 5.0, *, asked_to_quit: bool = False) -> int | None:
+        """Wait for QEMU to end: ``timeout`` for one asked to quit, then SIGTERM and ``timeout``
+        again, then SIGKILL. One that already ended keeps its own exit status."""
         proc = self._proc
         if proc is None:
             return None
-        for sig in (None, signal.SIGTERM, signal.SIGKILL):
+        for sig in (None, signal.SIGTERM, signal.SIGKILL) if asked_to_quit else (signal.SIGTERM, signal.SIGKILL):
             if sig is not None and proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.send_signal(sig)
@@ -312,6 +319,7 @@ class Machine:
             with contextlib.suppress(QMPError, OSError, RuntimeError, EOFError):
                 self._qmp.close()
             self._qmp = None
+            self._qmp_connected = False
 
     def _remove_dir(self) -> None:
         if self._dir.exists():

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import textwrap
+import time
 from pathlib import Path
 
 from fixtures.devices import QemuUnderTest
@@ -110,6 +112,19 @@ def test_the_shared_qemus_of_the_selected_cases_run_before_the_first_case(
         proc = run_pytest(tmp_path, qemu_under_test, *args, source=source, env={"STARTED": str(started)})
         out, _ = proc.communicate(timeout=60)
         assert out.strip().splitlines()[-1].startswith(f"{passed} passed"), out
+
+
+def test_a_spawned_qemu_never_connected_stops_at_once(qemu_under_test: QemuUnderTest) -> None:
+    """A start-up abandoned between spawn() and connect() (a run interrupted while the pool starts
+    QEMUs ahead of the cases): nobody greeted QMP, so shutdown signals at once instead of asking
+    QMP to quit and waiting out its timeout."""
+    machine = Machine(MachineConfig(binary=qemu_under_test.binary, accel=qemu_under_test.probe.accel))
+    machine.spawn()
+    pid = machine.pid
+    started = time.monotonic()
+    assert machine.shutdown() in (0, -signal.SIGTERM)  # QEMU may have set up its SIGTERM handler by then
+    assert time.monotonic() - started < 1.0
+    assert not Path(f"/proc/{pid}").exists()
 
 
 def test_clock_commands_on_the_qtest_accelerator(qemu_under_test: QemuUnderTest) -> None:
