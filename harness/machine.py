@@ -109,7 +109,7 @@ class MachineConfig:
             "-display", "none",
             "-nodefaults",
             "-qtest", f"unix:{qtest_socket}",
-            "-qtest-log", "/dev/null",
+            "-qtest-log", "none",  # not "/dev/null": QEMU would still format every command and reply
             "-chardev", _options("socket", [("path", str(qmp_socket)), ("id", "qmp0")]),
             "-mon", "chardev=qmp0,mode=control",
             "-fsdev", _options(self.fs.kind, self.fs.fsdev("fsdev0")),
