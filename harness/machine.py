@@ -1,6 +1,7 @@
 """One QEMU process: argv built from typed configuration, qtest and QMP connections, stderr kept.
 
-The harness listens on both UNIX sockets and QEMU connects (as libqtest does).  QEMU gets
+The harness listens on both UNIX sockets and QEMU connects (as libqtest does); QMP is greeted,
+through qemu.qmp, when a command first needs it.  QEMU gets
 ``PR_SET_PDEATHSIG(SIGKILL)`` and its own session, so it dies with the harness process even on
 ``kill -9`` and never sees a terminal's Ctrl-C before the harness has cleaned up.  Every path out
 of :meth:`Machine.launch` and :meth:`Machine.shutdown` leaves no process, socket or directory.
@@ -21,13 +22,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
-
-from qemu.qmp import QMPError
-from qemu.qmp.legacy import QEMUMonitorProtocol
+from typing import TYPE_CHECKING, Literal
 
 from harness.errors import QEMUError, QEMUExited, QEMUStartError, QTestError
 from harness.qtest import QTest
+
+if TYPE_CHECKING:
+    from qemu.qmp.legacy import QEMUMonitorProtocol
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,17 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+def _listen(path: Path) -> socket.socket:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(path))
+        listener.listen(1)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
+
+
 class Machine:
     """A running QEMU.  ``with Machine(config) as m:`` launches it and always shuts it down."""
 
@@ -153,10 +165,11 @@ class Machine:
         self.log_path = self._dir / "qemu.log"
         self._proc: subprocess.Popen[bytes] | None = None
         self._qtest: QTest | None = None
-        self._qmp: QEMUMonitorProtocol | None = None
         self._qtest_listener: socket.socket | None = None
-        #: QMP is greeted (connect() got that far): ``quit`` can be asked of it.
-        self._qmp_connected = False
+        self._qmp_listener: socket.socket | None = None
+        #: QEMU's monitor connection, accepted at start-up; greeted by qemu.qmp when first needed.
+        self._qmp_socket: socket.socket | None = None
+        self._qmp: QEMUMonitorProtocol | None = None
         self._deadline = 0.0
         #: True once the harness asked QEMU to stop: an exit after that is not a crash.
         self.stopped_by_harness = False
@@ -173,7 +186,7 @@ class Machine:
         self.shutdown()
 
     def launch(self) -> None:
-        """Start QEMU and connect qtest and QMP; on any failure clean up and raise."""
+        """Start QEMU and take its qtest and QMP connections; on any failure clean up and raise."""
         self.spawn()
         self.connect()
 
@@ -198,8 +211,9 @@ class Machine:
             raise
         except Exception as err:
             status = self._stop_process()
+            detail = err.message if isinstance(err, QEMUError) else err  # its argv and output follow once
             error = QEMUStartError(
-                f"QEMU did not start: {err}", argv=self.argv, status=status, stderr_tail=self.stderr_tail()
+                f"QEMU did not start: {detail}", argv=self.argv, status=status, stderr_tail=self.stderr_tail()
             )
             self._abandon()
             raise error from err
@@ -217,11 +231,9 @@ class Machine:
         # through /proc/self/fd/<dir> and QEMU, started in that directory, connects by bare name.
         dir_fd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY)
         short = Path(f"/proc/self/fd/{dir_fd}")
-        self._qtest_listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self._qtest_listener.bind(str(short / QTEST_SOCKET))
-            self._qtest_listener.listen(1)
-            self._qmp = QEMUMonitorProtocol(str(short / QMP_SOCKET), server=True)
+            self._qtest_listener = _listen(short / QTEST_SOCKET)
+            self._qmp_listener = _listen(short / QMP_SOCKET)
         finally:
             os.close(dir_fd)
         log.debug("launch in %s: %s", self._dir, " ".join(self.argv))
@@ -239,19 +251,34 @@ class Machine:
         self._deadline = time.monotonic() + self.start_timeout
 
     def _connect(self) -> None:
-        if self._qtest_listener is None or self._qmp is None:
+        if self._qtest_listener is None or self._qmp_listener is None:
             raise QEMUError("connect() before spawn()", argv=self.argv)
-        try:
-            conn = self._accept(self._qtest_listener, self._deadline)
-        finally:
-            self._qtest_listener.close()
-            self._qtest_listener = None
+        self._qmp_socket = self._accept(self._qmp_listener, "QMP")
+        conn = self._accept(self._qtest_listener, "qtest")
+        self._close_listeners()
         self._qtest = QTest(conn, timeout=self.qtest_timeout, on_lost=self._explain_lost)
-        self._qmp.accept(timeout=max(0.1, self._deadline - time.monotonic()))
-        self._qmp_connected = True
         self._qtest.endianness()
 
-    def _accept(self, listener: socket.socket, deadline: float) -> socket.socket:
+    def _close_listeners(self) -> None:
+        for listener in (self._qtest_listener, self._qmp_listener):
+            if listener is not None:
+                listener.close()
+        self._qtest_listener = self._qmp_listener = None
+
+    def _monitor(self) -> QEMUMonitorProtocol:
+        """QMP through qemu.qmp, greeted on first use: most runs send no QMP command, and
+        importing qemu.qmp (asyncio) and greeting each QEMU cost ~15 ms of CPU per process."""
+        if self._qmp is None:
+            if self._qmp_socket is None:
+                raise QEMUError("QEMU is not running", argv=self.argv)
+            from qemu.qmp.legacy import QEMUMonitorProtocol
+
+            monitor = QEMUMonitorProtocol(self._qmp_socket)
+            monitor.connect()
+            self._qmp = monitor
+        return self._qmp
+
+    def _accept(self, listener: socket.socket, which: str) -> socket.socket:
         listener.settimeout(0.02)
         assert self._proc is not None
         while True:
@@ -262,17 +289,18 @@ class Machine:
                 status = self._proc.poll()
                 if status is not None:
                     raise QEMUStartError(
-                        "QEMU exited before connecting to the qtest socket",
+                        f"QEMU exited before connecting to the {which} socket",
                         argv=self.argv, status=status, stderr_tail=self.stderr_tail(),
                     ) from None  # fmt: skip
-                if time.monotonic() > deadline:
+                if time.monotonic() > self._deadline:
                     raise QEMUStartError(
-                        f"QEMU did not connect to the qtest socket within {self.start_timeout} s",
+                        f"QEMU did not connect to the {which} socket within {self.start_timeout} s",
                         argv=self.argv, stderr_tail=self.stderr_tail(),
                     ) from None  # fmt: skip
 
     def shutdown(self, timeout: float = 5.0) -> int | None:
-        """Stop QEMU (QMP ``quit``, then SIGTERM, then SIGKILL) and remove its files.
+        """Stop QEMU (QMP ``quit`` if QMP is in use, else SIGTERM, which QEMU handles as cleanly;
+        then SIGTERM, then SIGKILL) and remove its files.
 
         Returns the exit status, or None if QEMU was never started.
         """
@@ -283,12 +311,14 @@ class Machine:
             if self._proc is not None and self.is_running():
                 self._proc.send_signal(signal.SIGCONT)  # a stopped QEMU could not obey quit
             asked = False
-            if self._qmp is not None and self._qmp_connected and self.is_running():
+            if self._qmp is not None and self.is_running():  # QMP in use: quit through it
+                from qemu.qmp import QMPError
+
                 with contextlib.suppress(QMPError, OSError, TimeoutError, EOFError):
                     self._qmp.settimeout(timeout)
                     self._qmp.cmd("quit")
                     asked = True
-            return self._stop_process(timeout, asked_to_quit=asked)
+            return self._stop_process(timeout, asked_to_quit=asked)  # else SIGTERM: QEMU ends as cleanly
         finally:
             self._close_connections()
             self._remove_dir()
@@ -310,16 +340,18 @@ class Machine:
         return proc.returncode
 
     def _close_connections(self) -> None:
-        if self._qtest_listener is not None:
-            self._qtest_listener.close()
-            self._qtest_listener = None
+        self._close_listeners()
         if self._qtest is not None:
             self._qtest.close()
         if self._qmp is not None:
+            from qemu.qmp import QMPError
+
             with contextlib.suppress(QMPError, OSError, RuntimeError, EOFError):
                 self._qmp.close()
             self._qmp = None
-            self._qmp_connected = False
+        if self._qmp_socket is not None:
+            self._qmp_socket.close()
+            self._qmp_socket = None
 
     def _remove_dir(self) -> None:
         if self._dir.exists():
@@ -384,19 +416,16 @@ class Machine:
 
     def qmp(self, command: str, **args: object) -> object:
         """Run a QMP command and return its ``return`` value."""
-        if self._qmp is None:
-            raise QEMUError("QEMU is not running", argv=self.argv)
-        return self._qmp.cmd(command, **args)
+        return self._monitor().cmd(command, **args)
 
     def system_reset(self, timeout: float = 10.0) -> None:
         """QMP ``system_reset`` and wait for the RESET event, as qos-test does between cases."""
-        if self._qmp is None:
-            raise QEMUError("QEMU is not running", argv=self.argv)
-        self._qmp.clear_events()
-        self._qmp.cmd("system_reset")
+        monitor = self._monitor()
+        monitor.clear_events()
+        monitor.cmd("system_reset")
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
-            event = self._qmp.pull_event(wait=left)
+            event = monitor.pull_event(wait=left)
             if event and event.get("event") == "RESET":
                 return
         raise QEMUError(f"no RESET event within {timeout} s after system_reset", argv=self.argv)
