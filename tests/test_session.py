@@ -30,7 +30,7 @@ class FakeTransport:
     ) -> Request:
         self.sent.append(frame)
         self._next += 1
-        return Request(self._next, 0, 0, reply_capacity, (Buffer(0, len(frame)),), ())
+        return Request(self._next, 0, 0, reply_capacity, (Buffer(0, len(frame)),))
 
     def batch(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()

@@ -96,14 +96,14 @@ def with_tails(chain: list[Buffer], out_tail: Buffer | None, in_tail: Buffer | N
 
 @dataclass
 class Request:
-    """One submitted chain: where its frame and reply buffer live, and what to free after."""
+    """One submitted chain: where its frame and reply buffer live. The reply buffer starts the
+    request's guest block (frame and any indirect table follow it), which is freed at completion."""
 
     head: int
     out_addr: int
     in_addr: int
     in_size: int
     chain: tuple[Buffer, ...]
-    blocks: tuple[int, ...]
     #: perf_counter() when the kick had reached QEMU
     submitted_at: float = 0.0
     #: bytes of a caller's resident guest buffer after the reply buffer (never read back)
@@ -226,7 +226,7 @@ class VirtioTransport:
         now = time.perf_counter()
         self.transfer_seconds += now - started  # the frame into guest memory, with the kick
         tail = in_tail.length if in_tail is not None else 0
-        request = Request(head, frame_at, block, reply_capacity, chain, (block,), now, tail)
+        request = Request(head, frame_at, block, reply_capacity, chain, now, tail)
         self._in_flight[head] = request
         return request
 
@@ -328,8 +328,7 @@ class VirtioTransport:
             self._finish(request, elem, reply, seen - request.submitted_at)
 
     def _finish(self, request: Request, elem: UsedElem, reply: bytes, server: float) -> None:
-        for block in request.blocks:
-            self.alloc.free(block)
+        self.alloc.free(request.in_addr)
         self._done[request.head] = Completion(request, elem.length, reply, self._completed, server)
         self._completed += 1
 
