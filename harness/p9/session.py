@@ -76,13 +76,15 @@ class Reply:
 class Pending:
     """A request on the ring.  ``result()`` waits for it and checks the reply."""
 
-    def __init__(self, session: Session, request: wire.Message | None, frame: bytes, handle: Request) -> None:
+    def __init__(
+        self, session: Session, request: wire.Message | None, frame: bytes, tag: int | None, handle: Request
+    ) -> None:
         self.session = session
         self.request = request
         self.frame = frame
-        self.handle = handle
         #: The frame's tag (None for a raw frame shorter than the header).
-        self.tag: int | None = wire.peek_header(frame)[2] if len(frame) >= wire.HEADER_SIZE else None
+        self.tag = tag
+        self.handle = handle
         self._reply: Reply | None = None
 
     @property
@@ -209,7 +211,7 @@ class Session:
             err.add_note(f"while sending {request or f'raw frame {frame[:32].hex()}'}")
             self.history.append(Record(time.monotonic(), "-x-", tag, b"", None, note=f"not sent: {type(err).__name__}"))
             raise
-        pending = Pending(self, request, frame, handle)
+        pending = Pending(self, request, frame, tag, handle)
         if pending.tag is not None:
             self._tags.setdefault(pending.tag, pending)
         return pending
