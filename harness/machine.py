@@ -198,7 +198,7 @@ class Machine:
             self._spawn()
 
     def connect(self) -> None:
-        """The second half of :meth:`launch`: wait for QEMU's connections and greet it."""
+        """The second half of :meth:`launch`: take QEMU's connections and greet it over qtest."""
         with self._abandoned_on_failure():
             self._connect()
 
