@@ -12,7 +12,7 @@ from harness.machine import FsConfig, LocalFs, MachineConfig, SynthFs
 from harness.p9 import wire
 from harness.p9.connect import connect
 from harness.p9.session import Pending, Reply
-from harness.p9.trace import Step, describe_errno, read_reproducer
+from harness.p9.trace import Step, read_reproducer
 
 
 def _shown(reply: Reply | bytes) -> str:
@@ -30,7 +30,7 @@ def _differs(step: Step, reply: Reply) -> str | None:
         message = reply.message
         if message is not None and message.name == "Rlerror" and message.ecode == step.expected_errno:
             return None
-        return f"expected {describe_errno(step.expected_errno)}, got {_shown(reply)}"
+        return f"expected {wire.describe_rlerror(step.expected_errno)}, got {_shown(reply)}"
     if step.reply is not None and reply.frame != step.reply:
         return f"recorded {_shown(step.reply)}, got {_shown(reply)}"
     return None

@@ -18,7 +18,6 @@ that differs from its ``<--`` line, or from its ``<==`` expectation where there 
 
 from __future__ import annotations
 
-import errno as _errno
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,10 +53,6 @@ def format_records(records: Iterable[Record]) -> str:
     return "\n".join(record.line(records[0].time) for record in records)
 
 
-def describe_errno(code: int) -> str:
-    return f"Rlerror {_errno.errorcode.get(code, '?')} ({code})"
-
-
 def write_reproducer(
     path: Path, records: Iterable[Record], header: Mapping[str, str], expected: Mapping[int, int] | None = None
 ) -> Path:
@@ -71,7 +66,7 @@ def write_reproducer(
         body = record.frame.hex() if record.frame else f"(empty,tag={record.tag})"
         lines.append(f"{record.direction} {body}  {shown}".rstrip())
         if expected and index in expected:
-            lines.append(f"<== {describe_errno(expected[index])}")
+            lines.append(f"<== {wire.describe_rlerror(expected[index])}")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -226,10 +226,14 @@ class Message:
 
     def __str__(self) -> str:
         if self.name == "Rlerror":
-            code = self.fields["ecode"]
-            return f"Rlerror {_errno.errorcode.get(code, '?')} ({code})"
+            return describe_rlerror(self.fields["ecode"])
         args = ", ".join(f"{key}={_show(value)}" for key, value in self.fields.items())
         return f"{self.name}({args})"
+
+
+def describe_rlerror(code: int) -> str:
+    """``Rlerror EIO (5)``: how an Rlerror prints, in traces and reproducers alike."""
+    return f"Rlerror {_errno.errorcode.get(code, '?')} ({code})"
 
 
 def _show(value: Any) -> str:
