@@ -6,6 +6,7 @@ import errno
 
 from fixtures.expect import expect_rlerror
 from fixtures.qos import qos
+from harness.p9.messages import Tauth
 from harness.p9.session import Session
 
 
@@ -13,6 +14,6 @@ from harness.p9.session import Session
 def test_auth_refused(attached: Session) -> None:
     """QEMU needs no authentication: Tauth is refused (EOPNOTSUPP) and afid is not created."""
     with expect_rlerror(errno.EOPNOTSUPP):
-        attached.rpc("Tauth", afid=50, uname="", aname="", n_uname=0)
+        attached.rpc(Tauth(afid=50, uname="", aname="", n_uname=0))
     with expect_rlerror(errno.ENOENT):
         attached.getattr(50)

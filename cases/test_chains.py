@@ -16,6 +16,7 @@ from fixtures.pool import Device
 from fixtures.qos import qos
 from harness.errors import RingFull
 from harness.p9 import wire
+from harness.p9.messages import Rgetattr, Rread, Tgetattr, Tread, Twrite
 from harness.p9.session import Pending, Session
 from harness.p9.transport import ChainLayout
 from harness.virtqueue import Buffer
@@ -35,7 +36,7 @@ DATA = (bytes(range(251)) * 33)[:8000]  # fits msize 8192 with the Twrite header
 
 def open_file(place: Place) -> int:
     p9 = place.session
-    fid, _ = p9.walk(place.fid, [])
+    fid = p9.walk_fid(place.fid, [])
     p9.lcreate(fid, "data", os.O_RDWR, 0o600)
     return fid
 
@@ -47,10 +48,10 @@ def test_chain_layouts(place: Place, transport: str, layout: str) -> None:
     p9 = place.session
     chain = LAYOUTS[layout]
     fid = open_file(place)
-    assert p9.send("Twrite", fid=fid, offset=0, data=DATA, layout=chain).result().count == len(DATA)
+    assert p9.send(Twrite(fid=fid, offset=0, data=DATA), layout=chain).result().count == len(DATA)
     assert place.host_path("data").read_bytes() == DATA
-    reply = p9.send("Tread", fid=fid, offset=0, count=len(DATA), layout=chain).wait()
-    assert reply.message is not None and bytes(reply.message.data) == DATA
+    reply = p9.send(Tread(fid=fid, offset=0, count=len(DATA)), layout=chain).wait()
+    assert reply.message == Rread(data=DATA)
     assert reply.used_len == wire.RREADDIR_HEADER + len(DATA)
     p9.clunk(fid)
 
@@ -67,12 +68,13 @@ def test_payload_in_its_own_descriptor(place: Place, device: Device, transport: 
     try:
         qt.memwrite(out, DATA)
         qt.memwrite(back, b"\xee" * len(DATA))
-        written = p9.send_resident("Twrite", Buffer(out, len(DATA)), fid=fid, offset=100).result()
+        written = p9.send_resident(Twrite(fid=fid, offset=100, data=b""), Buffer(out, len(DATA))).result()
         assert written.count == len(DATA)
         assert place.host_path("data").read_bytes() == bytes(100) + DATA
-        reply = p9.send_resident("Tread", Buffer(back, len(DATA)), fid=fid, offset=1000).wait()
-        assert reply.message is not None and reply.message.count == 100 + len(DATA) - 1000
-        assert reply.used_len == wire.RREAD_HEADER + reply.message.count
+        reply = p9.send_resident(Tread(fid=fid, offset=1000, count=len(DATA)), Buffer(back, len(DATA))).wait()
+        assert reply.message == Rread(data=b"")  # the data went to the resident buffer
+        assert reply.used_len == wire.RREAD_HEADER + 100 + len(DATA) - 1000
+        assert int.from_bytes(reply.frame[7:11], "little") == 100 + len(DATA) - 1000  # Rread's count
         got = qt.memread(back, len(DATA))
         assert got == DATA[900:] + b"\xee" * 900
     finally:
@@ -81,11 +83,11 @@ def test_payload_in_its_own_descriptor(place: Place, device: Device, transport: 
     p9.clunk(fid)
 
 
-def send_scattered(p9: Session, descriptors: int) -> Pending:
+def send_scattered(p9: Session, descriptors: int) -> Pending[Rgetattr]:
     """Tgetattr in an indirect table of ``descriptors``: one out, the rest 8-byte in-buffers."""
     layout = ChainLayout(in_segment=8, indirect=True)
     reply_capacity = 8 * (descriptors - 1)
-    return p9.send("Tgetattr", fid=0, request_mask=wire.GETATTR_ALL, layout=layout, reply_capacity=reply_capacity)
+    return p9.send(Tgetattr(fid=0, request_mask=wire.GETATTR_ALL), layout=layout, reply_capacity=reply_capacity)
 
 
 @qos("chains/{transport}/indirect_1024", backends=["synth"], transport=TRANSPORTS)
@@ -118,7 +120,7 @@ def test_zero_sized_descriptor(attached: Session, device: Device, transport: str
     expect_device_error(
         p9,
         device,
-        lambda: p9.send("Tgetattr", fid=0, request_mask=wire.GETATTR_ALL, layout=ChainLayout(out_segments=(7, 0))),
+        lambda: p9.send(Tgetattr(fid=0, request_mask=wire.GETATTR_ALL), layout=ChainLayout(out_segments=(7, 0))),
         "virtio: zero sized buffers are not allowed",
         transport == "modern",
     )
@@ -131,10 +133,10 @@ def test_direct_chain_longer_than_the_queue(attached: Session, device: Device, t
     p9 = attached
     avail = device.transport.queue.avail_idx
     with pytest.raises(RingFull, match="chain of 129"):
-        p9.send("Tgetattr", fid=0, request_mask=wire.GETATTR_ALL, layout=ChainLayout(in_segment=64),
-                reply_capacity=64 * 128)  # fmt: skip
+        request = Tgetattr(fid=0, request_mask=wire.GETATTR_ALL)
+        p9.send(request, layout=ChainLayout(in_segment=64), reply_capacity=64 * 128)
     assert device.transport.queue.avail_idx == avail and device.transport.queue.num_free == 128
-    assert p9.getattr(0).qid["type"] == wire.QTDIR
+    assert p9.getattr(0).qid.type == wire.QTDIR
 
 
 @qos("chains/{transport}/looped", backends=["synth"], transport=TRANSPORTS)
@@ -145,7 +147,7 @@ def test_looped_chain(attached: Session, device: Device, transport: str) -> None
     expect_device_error(
         p9,
         device,
-        lambda: p9.send("Tgetattr", fid=0, request_mask=wire.GETATTR_ALL, layout=ChainLayout(loop=True)),
+        lambda: p9.send(Tgetattr(fid=0, request_mask=wire.GETATTR_ALL), layout=ChainLayout(loop=True)),
         "Looped descriptor",
         transport == "modern",
     )

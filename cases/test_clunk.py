@@ -12,7 +12,7 @@ from harness.p9.session import Session
 @qos("clunk/twice", backends=["synth", "local"])
 def test_clunk_twice(attached: Session) -> None:
     """The second Tclunk of a fid finds nothing: ENOENT."""
-    fid, _ = attached.walk(0, [])
+    fid = attached.walk_fid(0, [])
     attached.clunk(fid)
     with expect_rlerror(errno.ENOENT):
         attached.clunk(fid)

@@ -52,14 +52,15 @@ def build_and_check(place: Place, depth: int) -> None:
     p9 = place.session
     fid, qid = place.fid, None
     for level in range(depth):
-        qid = p9.mkdir(fid, level_name(level), 0o700)
-        deeper, (walked,) = p9.walk(fid, [level_name(level)])
+        qid = p9.mkdir(fid, level_name(level), 0o700).qid
+        deeper = p9.new_fid()
+        (walked,) = p9.walk(fid, [level_name(level)], deeper).qids
         assert walked == qid
         if fid != place.fid:
             p9.clunk(fid)
         fid = deeper
     attr = p9.getattr(fid)
-    assert attr.qid == qid and attr.qid["type"] == wire.QTDIR
+    assert attr.qid == qid and attr.qid.type == wire.QTDIR
     assert attr.mode & 0o170000 == 0o040000
     p9.clunk(fid)
     assert host_depth(place, depth) == depth

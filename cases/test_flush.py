@@ -10,11 +10,12 @@ import os
 import pytest
 
 from fixtures.qos import qos
+from harness.p9.messages import Rflush, Rwrite, Tflush, Twrite
 from harness.p9.session import Session
 
 
 def open_flush_file(p9: Session) -> int:
-    fid, _ = p9.walk(0, ["FLUSH"])
+    fid = p9.walk_fid(0, ["FLUSH"])
     p9.lopen(fid, os.O_WRONLY)
     return fid
 
@@ -26,12 +27,12 @@ def test_flush_success(attached: Session) -> None:
     before the Rflush, and Rflush carries the Tflush tag."""
     p9 = attached
     fid = open_flush_file(p9)
-    write = p9.send("Twrite", fid=fid, offset=0, data=b"\x01")
-    flush = p9.send("Tflush", oldtag=write.tag)
+    write = p9.send(Twrite(fid=fid, offset=0, data=b"\x01"))
+    flush = p9.send(Tflush(oldtag=write.tag))
     assert flush.tag != write.tag
     flushed, answer = write.wait(), flush.wait()
     assert (flushed.used_len, flushed.message) == (0, None)
-    assert answer.message is not None and (answer.message.name, answer.message.tag) == ("Rflush", flush.tag)
+    assert answer.message == Rflush() and answer.tag == flush.tag
     assert answer.used_len == 7
     assert flushed.order < answer.order, "Rflush came before the flushed request was returned"
     p9.clunk(fid)
@@ -44,11 +45,11 @@ def test_flush_ignored(attached: Session) -> None:
     before the Rflush."""
     p9 = attached
     fid = open_flush_file(p9)
-    write = p9.send("Twrite", fid=fid, offset=0, data=b"\x00")
-    flush = p9.send("Tflush", oldtag=write.tag)
+    write = p9.send(Twrite(fid=fid, offset=0, data=b"\x00"))
+    flush = p9.send(Tflush(oldtag=write.tag))
     written, answer = write.wait(), flush.wait()
-    assert written.message is not None and written.message.fields == {"count": 1}
-    assert answer.message is not None and answer.message.name == "Rflush"
+    assert written.message == Rwrite(count=1)
+    assert answer.message == Rflush()
     assert written.order < answer.order
     p9.clunk(fid)
 
@@ -60,10 +61,10 @@ def test_flush_after_completion(attached: Session) -> None:
     the next request."""
     p9 = attached
     fid = open_flush_file(p9)
-    write = p9.send("Twrite", fid=fid, offset=0, data=b"\x00")
+    write = p9.send(Twrite(fid=fid, offset=0, data=b"\x00"))
     assert write.result().count == 1
     old = write.tag
-    assert p9.rpc("Tflush", oldtag=old).name == "Rflush"
-    again = p9.send("Twrite", fid=fid, offset=0, data=b"\x00")
+    assert p9.rpc(Tflush(oldtag=old)) == Rflush()
+    again = p9.send(Twrite(fid=fid, offset=0, data=b"\x00"))
     assert again.tag == old and again.result().count == 1
     p9.clunk(fid)

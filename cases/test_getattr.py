@@ -17,7 +17,7 @@ GEN = 0x1000
 def test_getattr_valid_mask(place: Place, mask: int) -> None:
     """Whatever is asked, BASIC comes back; GEN only when asked for."""
     place.host_path("f").write_bytes(b"x")
-    fid, _ = place.session.walk(place.fid, ["f"])
+    fid = place.session.walk_fid(place.fid, ["f"])
     valid = place.session.getattr(fid, mask).valid
     assert valid == wire.GETATTR_BASIC | (mask & GEN)
     place.session.clunk(fid)
@@ -30,10 +30,11 @@ def test_getattr_fields_match_the_host(place: Place) -> None:
     host = place.host_path("f")
     host.write_bytes(bytes(5000))
     os.link(host, place.host_path("g"))
-    fid, (qid,) = place.session.walk(place.fid, ["f"])
+    fid = place.session.new_fid()
+    (qid,) = place.session.walk(place.fid, ["f"], fid).qids
     attr = place.session.getattr(fid)
     st = host.stat()
-    assert attr.qid == qid and attr.qid["path"] == st.st_ino
+    assert attr.qid == qid and attr.qid.path == st.st_ino
     assert (attr.size, attr.nlink, attr.blocks) == (5000, 2, st.st_blocks)
     assert (attr.mtime_sec, attr.mtime_nsec) == (int(st.st_mtime), st.st_mtime_ns % 10**9)
     assert stat.S_ISREG(attr.mode)

@@ -20,21 +20,21 @@ def test_create_file(place: Place) -> None:
     get_iounit; O_EXCL on an existing name is EEXIST and the file is untouched."""
     p9 = place.session
     p9.mkdir(place.fid, "03")
-    fid, _ = p9.walk(place.fid, ["03"])
+    fid = p9.walk_fid(place.fid, ["03"])
     reply = p9.lcreate(fid, "1st_file", os.O_WRONLY, 0o640)
     host = place.host_path("03", "1st_file")
     assert stat.S_ISREG(host.stat().st_mode)
-    assert reply.qid["type"] == wire.QTFILE
+    assert reply.qid.type == wire.QTFILE
     bsize = p9.statfs(fid).bsize
     assert reply.iounit == (p9.msize - wire.IOHDRSZ) // bsize * bsize
-    assert p9.write(fid, 0, b"first bytes") == 11
+    assert p9.write(fid, 0, b"first bytes").count == 11
     assert host.read_bytes() == b"first bytes"
     attr = p9.getattr(fid)
     assert (attr.mode, attr.size) == (stat.S_IFREG | 0o640, 11)
-    assert (attr.qid["type"], attr.qid["path"]) == (reply.qid["type"], reply.qid["path"])
+    assert (attr.qid.type, attr.qid.path) == (reply.qid.type, reply.qid.path)
     # qid.version follows the file's mtime and size (st_mtime ^ st_size << 8): it must move
-    assert attr.qid["version"] != reply.qid["version"]
-    again, _ = p9.walk(place.fid, ["03"])
+    assert attr.qid.version != reply.qid.version
+    again = p9.walk_fid(place.fid, ["03"])
     with expect_rlerror(errno.EEXIST):
         p9.lcreate(again, "1st_file", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     assert host.read_bytes() == b"first bytes"
@@ -50,7 +50,7 @@ def test_lcreate_bad_names(place: Place, case: str) -> None:
     name, code = {"dot": (".", errno.EEXIST), "dotdot": ("..", errno.EEXIST), "empty": ("", errno.ENOENT),
                   "slash": ("a/b", errno.ENOENT)}[case]  # fmt: skip
     before = sorted(p.name for p in place.host_path().iterdir())
-    fid, _ = p9.walk(place.fid, [])
+    fid = p9.walk_fid(place.fid, [])
     qid = p9.getattr(place.fid).qid
     with expect_rlerror(code):
         p9.lcreate(fid, name, os.O_RDWR, 0o644)
@@ -65,8 +65,8 @@ def test_lcreate_existing_without_excl(place: Place) -> None:
     p9 = place.session
     place.host_path("f").write_bytes(b"kept")
     inode = place.host_path("f").stat().st_ino
-    fid, _ = p9.walk(place.fid, [])
+    fid = p9.walk_fid(place.fid, [])
     reply = p9.lcreate(fid, "f", os.O_RDWR, 0o600)
-    assert reply.qid["path"] == inode
-    assert p9.read(fid, 0, 10) == b"kept"
+    assert reply.qid.path == inode
+    assert p9.read(fid, 0, 10).data == b"kept"
     p9.clunk(fid)

@@ -13,6 +13,7 @@ from fixtures.place import Place
 from fixtures.pool import Device
 from fixtures.qos import qos
 from harness.errors import QEMUExited
+from harness.p9.messages import Tgetlock, Tlock
 from harness.p9.session import Session
 
 LOCK_SUCCESS, LOCK_BLOCKED = 0, 1
@@ -23,14 +24,14 @@ def open_twice(place: Place) -> tuple[int, int]:
     place.host_path("f").write_bytes(b"x" * 100)
     fids = []
     for _ in range(2):
-        fid, _ = place.session.walk(place.fid, ["f"])
+        fid = place.session.walk_fid(place.fid, ["f"])
         place.session.lopen(fid, os.O_RDWR)
         fids.append(fid)
     return fids[0], fids[1]
 
 
 def lock(p9: Session, fid: int, kind: int, proc_id: int) -> int:
-    return int(p9.rpc("Tlock", fid=fid, type=kind, flags=0, start=0, length=0, proc_id=proc_id, client_id="c").status)
+    return int(p9.rpc(Tlock(fid=fid, type=kind, flags=0, start=0, length=0, proc_id=proc_id, client_id="c")).status)
 
 
 @qos("lock/basic", backends=["local"])
@@ -40,7 +41,7 @@ def test_lock_and_unlock(place: Place) -> None:
     first, second = open_twice(place)
     assert lock(p9, first, WRLCK, 1) == LOCK_SUCCESS
     assert lock(p9, first, UNLCK, 1) == LOCK_SUCCESS
-    got = p9.rpc("Tgetlock", fid=second, type=WRLCK, start=0, length=0, proc_id=2, client_id="c")
+    got = p9.rpc(Tgetlock(fid=second, type=WRLCK, start=0, length=0, proc_id=2, client_id="c"))
     assert got.type == UNLCK
     for fid in (first, second):
         p9.clunk(fid)
@@ -60,7 +61,7 @@ def test_lock_conflict_between_fids(place: Place) -> None:
     try:
         assert lock(p9, first, WRLCK, 1) == LOCK_SUCCESS
         assert lock(p9, second, WRLCK, 2) == LOCK_BLOCKED
-        got = p9.rpc("Tgetlock", fid=second, type=WRLCK, start=0, length=0, proc_id=2, client_id="c")
+        got = p9.rpc(Tgetlock(fid=second, type=WRLCK, start=0, length=0, proc_id=2, client_id="c"))
         assert (got.type, got.proc_id) == (WRLCK, 1)
     finally:
         for fid in (first, second):
@@ -85,11 +86,11 @@ def test_lock_on_an_unopened_fid(attached: Session, device: Device, message: str
     """A record lock needs an open file, as fcntl(2) needs an open descriptor: a fid that was only
     walked gets EBADF, and QEMU lives on."""
     p9 = attached
-    fid, _ = p9.walk(0, [])
-    fields = {"type": WRLCK, "start": 0, "length": 0, "proc_id": 1, "client_id": "c"}
-    if message == "Tlock":
-        fields["flags"] = 0
+    fid = p9.walk_fid(0, [])
     with expect_rlerror(errno.EBADF):
-        p9.rpc(message, fid=fid, **fields)
+        if message == "Tlock":
+            p9.rpc(Tlock(fid=fid, type=WRLCK, flags=0, start=0, length=0, proc_id=1, client_id="c"))
+        else:
+            p9.rpc(Tgetlock(fid=fid, type=WRLCK, start=0, length=0, proc_id=1, client_id="c"))
     assert device.alive()
     p9.clunk(fid)

@@ -21,8 +21,9 @@ def test_lopen_basic(attached: Session) -> None:
     """Rlopen's qid is the walked file's qid, and iounit is the largest multiple of the
     filesystem block size that fits msize - P9_IOHDRSZ (QEMU's get_iounit)."""
     p9 = attached
-    fid, (qid,) = p9.walk(0, ["LOPEN"])
-    assert qid["type"] == wire.QTFILE
+    fid = p9.new_fid()
+    (qid,) = p9.walk(0, ["LOPEN"], fid).qids
+    assert qid.type == wire.QTFILE
     reply = p9.lopen(fid, os.O_WRONLY)
     assert reply.qid == qid
     bsize = p9.statfs(fid).bsize
@@ -36,9 +37,10 @@ def test_lopen_basic(attached: Session) -> None:
 def test_lopen_directory(attached: Session) -> None:
     """A directory opens with O_DIRECTORY and keeps its directory qid."""
     p9 = attached
-    fid, (qid,) = p9.walk(0, ["ReadDirDir"])
+    fid = p9.new_fid()
+    (qid,) = p9.walk(0, ["ReadDirDir"], fid).qids
     assert p9.lopen(fid, os.O_DIRECTORY).qid == qid
-    assert qid["type"] == wire.QTDIR
+    assert qid.type == wire.QTDIR
     p9.clunk(fid)
 
 
@@ -47,14 +49,14 @@ def test_lopen_flags_are_enforced(place: Place) -> None:
     """A fid opened O_RDONLY reads but cannot write (EBADF); O_WRONLY writes but cannot read."""
     p9 = place.session
     place.host_path("f").write_bytes(b"0123456789")
-    reader, _ = p9.walk(place.fid, ["f"])
+    reader = p9.walk_fid(place.fid, ["f"])
     p9.lopen(reader, os.O_RDONLY)
-    assert p9.read(reader, 2, 3) == b"234"
+    assert p9.read(reader, 2, 3).data == b"234"
     with expect_rlerror(errno.EBADF):
         p9.write(reader, 0, b"x")
-    writer, _ = p9.walk(place.fid, ["f"])
+    writer = p9.walk_fid(place.fid, ["f"])
     p9.lopen(writer, os.O_WRONLY)
-    assert p9.write(writer, 0, b"ab") == 2
+    assert p9.write(writer, 0, b"ab").count == 2
     with expect_rlerror(errno.EBADF):
         p9.read(writer, 0, 3)
     assert place.host_path("f").read_bytes() == b"ab23456789"
@@ -67,11 +69,11 @@ def test_lopen_twice(place: Place) -> None:
     """A fid is opened once: a second Tlopen is EINVAL and the first open keeps working."""
     p9 = place.session
     place.host_path("f").write_bytes(b"data")
-    fid, _ = p9.walk(place.fid, ["f"])
+    fid = p9.walk_fid(place.fid, ["f"])
     p9.lopen(fid, os.O_RDONLY)
     with expect_rlerror(errno.EINVAL):
         p9.lopen(fid, os.O_RDWR)
-    assert p9.read(fid, 0, 10) == b"data"
+    assert p9.read(fid, 0, 10).data == b"data"
     p9.clunk(fid)
 
 
@@ -85,7 +87,7 @@ def test_lopen_directory_for_writing(place: Place) -> None:
     """Opening a directory for writing is EISDIR, as open(2)."""
     p9 = place.session
     place.host_path("d").mkdir()
-    fid, _ = p9.walk(place.fid, ["d"])
+    fid = p9.walk_fid(place.fid, ["d"])
     try:
         with expect_rlerror(errno.EISDIR):
             p9.lopen(fid, os.O_WRONLY)

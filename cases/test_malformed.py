@@ -32,7 +32,7 @@ def test_malformed(p9: Session, device: Device, qemu_under_test: QemuUnderTest, 
     fresh = Session(device.transport)  # a new Tversion: the device serves requests again
     fresh.version()
     fresh.attach(0)
-    assert fresh.getattr(0, wire.GETATTR_BASIC).qid["type"] == wire.QTDIR
+    assert fresh.getattr(0, wire.GETATTR_BASIC).qid.type == wire.QTDIR
     fresh.clunk(0)
     version = qemu_under_test.probe.version
     expected = malformed.recorded(version)

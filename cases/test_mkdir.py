@@ -17,11 +17,12 @@ def test_create_dir(place: Place) -> None:
     is the mode reported (mapped-xattr keeps it in user.virtfs.mode), and a second Tmkdir of the
     same name is EEXIST and changes nothing."""
     p9 = place.session
-    qid = p9.mkdir(place.fid, "01", 0o750)
+    qid = p9.mkdir(place.fid, "01", 0o750).qid
     host = place.host_path("01")
     assert stat.S_ISDIR(host.stat().st_mode)
-    assert qid["type"] == wire.QTDIR
-    fid, (walked,) = p9.walk(place.fid, ["01"])
+    assert qid.type == wire.QTDIR
+    fid = p9.new_fid()
+    (walked,) = p9.walk(place.fid, ["01"], fid).qids
     assert walked == qid
     attr = p9.getattr(fid)
     assert attr.mode == stat.S_IFDIR | 0o750, oct(attr.mode)

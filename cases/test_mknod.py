@@ -9,11 +9,11 @@ import stat
 from fixtures.place import Place
 from fixtures.qos import qos
 from harness.p9 import wire
+from harness.p9.messages import Qid, Tmknod
 
 
-def mknod(place: Place, name: str, mode: int, major: int = 0, minor: int = 0) -> dict[str, int]:
-    reply = place.session.rpc("Tmknod", dfid=place.fid, name=name, mode=mode, major=major, minor=minor, gid=0)
-    return dict(reply.qid)
+def mknod(place: Place, name: str, mode: int, major: int = 0, minor: int = 0) -> Qid:
+    return place.session.rpc(Tmknod(dfid=place.fid, name=name, mode=mode, major=major, minor=minor, gid=0)).qid
 
 
 @qos("mknod/{kind}", backends=["local"], kind=["regular", "fifo", "char"])
@@ -27,8 +27,9 @@ def test_mknod(place: Place, kind: str) -> None:
         "char": (stat.S_IFCHR | 0o600, 1, 3),
     }[kind]
     qid = mknod(place, "node", mode, major, minor)
-    assert qid["type"] == wire.QTFILE
-    fid, (walked,) = place.session.walk(place.fid, ["node"])
+    assert qid.type == wire.QTFILE
+    fid = place.session.new_fid()
+    (walked,) = place.session.walk(place.fid, ["node"], fid).qids
     assert walked == qid
     attr = place.session.getattr(fid)
     assert attr.mode == mode

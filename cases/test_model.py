@@ -16,6 +16,7 @@ from fixtures.place import Place
 from fixtures.qos import qos
 from harness.errors import P9Rlerror
 from harness.p9 import wire
+from harness.p9.messages import Trenameat
 from harness.p9.session import Session
 
 NAMES = ("a", "b", "c")
@@ -70,7 +71,7 @@ def build(session: Session, base: int, base_name: str) -> type:
             self.p9 = session
 
         def walk(self, path: tuple[str, ...]) -> int:
-            fid, _ = self.p9.walk(base, [self.top, *path])
+            fid = self.p9.walk_fid(base, [self.top, *path])
             return fid
 
         def in_dir(self, path: tuple[str, ...], action: Any) -> int:
@@ -85,7 +86,7 @@ def build(session: Session, base: int, base_name: str) -> type:
         def mkdir(self, where: int, name: str) -> None:
             parent = self.model.dirs()[where % len(self.model.dirs())]
             path = (*parent, name)
-            got = self.in_dir(parent, lambda fid: self.p9.mkdir(fid, name, 0o755))
+            got = self.in_dir(parent, lambda fid: self.p9.mkdir(fid, name, 0o755).qid)
             assert got == (errno.EEXIST if path in self.model.nodes else 0), f"Tmkdir {path}"
             if not got:
                 self.model.nodes[path] = None
@@ -97,7 +98,7 @@ def build(session: Session, base: int, base_name: str) -> type:
 
             def action(fid: int) -> None:
                 self.p9.lcreate(fid, name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-                assert self.p9.write(fid, 0, data) == len(data)
+                assert self.p9.write(fid, 0, data).count == len(data)
 
             got = self.in_dir(parent, action)
             assert got == (errno.EEXIST if path in self.model.nodes else 0), f"Tlcreate {path}"
@@ -113,8 +114,8 @@ def build(session: Session, base: int, base_name: str) -> type:
 
             def action(fid: int) -> None:
                 self.p9.lopen(fid, os.O_RDWR)
-                assert self.p9.write(fid, offset, data) == len(data)
-                assert self.p9.read(fid, 0, 4096) == want, f"content of {path}"
+                assert self.p9.write(fid, offset, data).count == len(data)
+                assert self.p9.read(fid, 0, 4096).data == want, f"content of {path}"
 
             assert self.in_dir(path, action) == 0
             self.model.nodes[path] = want
@@ -125,7 +126,7 @@ def build(session: Session, base: int, base_name: str) -> type:
 
             def action(fid: int) -> None:
                 self.p9.lopen(fid, os.O_DIRECTORY)
-                names = [e["name"] for reply in self.p9.readdir_all(fid) for e in reply]
+                names = [e.name for reply in self.p9.readdir_all(fid) for e in reply.entries]
                 assert sorted(names) == sorted([".", "..", *self.model.children(path)]), f"listing of {path}"
 
             assert self.in_dir(path, action) == 0
@@ -154,7 +155,7 @@ def build(session: Session, base: int, base_name: str) -> type:
             target = (*target_dir, name)
             old_dir, new_dir = self.walk(source[:-1]), self.walk(target_dir)
             got = outcome(
-                lambda: self.p9.rpc("Trenameat", olddirfid=old_dir, oldname=source[-1], newdirfid=new_dir, newname=name)
+                lambda: self.p9.rpc(Trenameat(olddirfid=old_dir, oldname=source[-1], newdirfid=new_dir, newname=name))
             )
             self.p9.clunk(old_dir)
             self.p9.clunk(new_dir)

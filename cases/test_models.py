@@ -27,27 +27,27 @@ def test_round_trip(place: Place, security_model: str) -> None:
     """mkdir, lcreate, write, read, getattr, symlink, readlink, link, unlinkat: the answers and the
     host agree under every model (mapped models keep symlinks as files holding the target)."""
     p9 = place.session
-    assert p9.mkdir(place.fid, "dir", 0o750)["type"] == wire.QTDIR
-    dfid, _ = p9.walk(place.fid, ["dir"])
+    assert p9.mkdir(place.fid, "dir", 0o750).qid.type == wire.QTDIR
+    dfid = p9.walk_fid(place.fid, ["dir"])
     p9.lcreate(dfid, "file", os.O_RDWR, 0o640)
-    assert p9.write(dfid, 0, b"model data") == 10
-    assert p9.read(dfid, 0, 100) == b"model data"
+    assert p9.write(dfid, 0, b"model data").count == 10
+    assert p9.read(dfid, 0, 100).data == b"model data"
     assert place.host_path("dir", "file").read_bytes() == b"model data"
     attr = p9.getattr(dfid)
     assert stat.S_ISREG(attr.mode) and attr.size == 10
     if security_model != "none":  # "none" applies no mode of the client's
         assert stat.S_IMODE(attr.mode) == 0o640
     p9.clunk(dfid)
-    dfid, _ = p9.walk(place.fid, ["dir"])
+    dfid = p9.walk_fid(place.fid, ["dir"])
     p9.symlink(dfid, "link", "file")
-    link, _ = p9.walk(dfid, ["link"])
-    assert p9.readlink(link) == "file"
+    link = p9.walk_fid(dfid, ["link"])
+    assert p9.readlink(link).target == "file"
     host_link = place.host_path("dir", "link")
     if security_model.startswith("mapped"):
         assert host_link.read_bytes() == b"file" and not host_link.is_symlink()
     else:
         assert os.readlink(host_link) == "file"
-    target, _ = p9.walk(dfid, ["file"])
+    target = p9.walk_fid(dfid, ["file"])
     p9.link(dfid, target, "hard")
     assert p9.getattr(target).nlink == 2
     for name in ("link", "hard", "file"):
@@ -82,13 +82,16 @@ def test_multidevs_remap(place: Place, device: Device) -> None:
     with tmpfs_at(place.host_path("mnt")):
         place.host_path("mnt", "inner").write_bytes(b"")
         place.host_path("outer").write_bytes(b"")
-        inner, walked = p9.walk_path(place.fid, "mnt/inner")
+        inner = p9.new_fid()
+        walked = p9.walk(place.fid, [p for p in ["mnt", "inner"] if p], inner).qids
         inner_qid = walked[-1]
-        outer, (outer_qid,) = p9.walk(place.fid, ["outer"])
-        mnt, (mnt_qid,) = p9.walk(place.fid, ["mnt"])
-        paths = {inner_qid["path"], outer_qid["path"], mnt_qid["path"]}
+        outer = p9.new_fid()
+        (outer_qid,) = p9.walk(place.fid, ["outer"], outer).qids
+        mnt = p9.new_fid()
+        (mnt_qid,) = p9.walk(place.fid, ["mnt"], mnt).qids
+        paths = {inner_qid.path, outer_qid.path, mnt_qid.path}
         assert len(paths) == 3
-        assert inner_qid["path"] != place.host_path("mnt", "inner").stat().st_ino  # remapped, not the raw inode
+        assert inner_qid.path != place.host_path("mnt", "inner").stat().st_ino  # remapped, not the raw inode
         for fid in (inner, outer, mnt):
             p9.clunk(fid)
     assert MULTIDEVS_WARNING not in device.machine.stderr_since(mark)
@@ -103,7 +106,8 @@ def test_multidevs_default_warns(place: Place, device: Device) -> None:
     mark = device.machine.stderr_mark()
     with tmpfs_at(place.host_path("mnt")):
         place.host_path("mnt", "inner").write_bytes(b"")
-        inner, qids = p9.walk_path(place.fid, "mnt/inner")
-        assert qids[-1]["path"] == place.host_path("mnt", "inner").stat().st_ino
+        inner = p9.new_fid()
+        qids = p9.walk(place.fid, [p for p in ["mnt", "inner"] if p], inner).qids
+        assert qids[-1].path == place.host_path("mnt", "inner").stat().st_ino
         p9.clunk(inner)
     assert MULTIDEVS_WARNING in device.machine.stderr_since(mark)

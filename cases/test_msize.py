@@ -6,6 +6,8 @@ Tversion with that limit; older servers echo any msize and then fail the request
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -15,7 +17,8 @@ from fixtures.pool import Device
 from fixtures.qos import qos
 from harness.errors import DeviceNeedsReset
 from harness.p9 import wire
-from harness.p9.session import Session
+from harness.p9.messages import Tgetattr, Tread, Tversion, Twrite
+from harness.p9.session import Pending, Session
 from harness.p9.transport import ChainLayout
 
 VIRTIO_LIMIT = (1024 - 2) * 4096
@@ -30,18 +33,18 @@ def payload(size: int) -> bytes:
 def full_circle(p9: Session, place: Place, layout: ChainLayout | None) -> None:
     """Twrite and Tread of msize - 24 bytes: checked on the host and byte for byte."""
     data = payload(p9.msize - wire.IOHDRSZ)
-    fid, _ = p9.walk(place.fid, [])
+    fid = p9.walk_fid(place.fid, [])
     p9.lcreate(fid, "big", os.O_RDWR, 0o600)
     if layout is None:
-        assert p9.write(fid, 0, data) == len(data)
+        assert p9.write(fid, 0, data).count == len(data)
         assert place.host_path("big").read_bytes() == data
-        assert p9.read(fid, 0, len(data)) == data
+        assert p9.read(fid, 0, len(data)).data == data
     else:  # like Linux: the Twrite's small reply gets one page, the Rread's data goes in pages
-        assert p9.send(
-            "Twrite", fid=fid, offset=0, data=data, layout=layout, reply_capacity=4096
-        ).result().count == len(data)
+        assert p9.send(Twrite(fid=fid, offset=0, data=data), layout=layout, reply_capacity=4096).result().count == len(
+            data
+        )
         assert place.host_path("big").read_bytes() == data
-        assert bytes(p9.send("Tread", fid=fid, offset=0, count=len(data), layout=layout).result().data) == data
+        assert bytes(p9.send(Tread(fid=fid, offset=0, count=len(data)), layout=layout).result().data) == data
     p9.clunk(fid)
 
 
@@ -88,7 +91,7 @@ def test_msize_above_the_virtio_limit(place: Place, transport: str) -> None:
     p9.clunk(0)
     granted = p9.version(8 << 20).msize
     p9.attach(0)
-    place.fid, _ = p9.walk(0, [place.host_path().name])
+    place.fid = p9.walk_fid(0, [place.host_path().name])
     assert granted <= VIRTIO_LIMIT, f"granted msize {granted} above the virtio limit {VIRTIO_LIMIT}"
     full_circle(p9, place, PAGES)
 
@@ -98,7 +101,7 @@ def reversion_place(place: Place, msize: int) -> int:
     p9 = place.session
     p9.clunk(place.fid)
     reversion(p9, msize)
-    fid, _ = p9.walk(0, [place.host_path().name])
+    fid = p9.walk_fid(0, [place.host_path().name])
     return fid
 
 
@@ -108,14 +111,15 @@ def test_reply_larger_than_the_buffer(attached: Session, device: Device, transpo
     """A reply that does not fit the in-buffer the driver gave is a device error, not a truncated
     or overflowing reply: QEMU says which reply needed how much."""
     p9 = attached
+    send: Callable[[], Pending[Any]]
     if message == "Tgetattr":
         send, line = (
-            (lambda: p9.send("Tgetattr", fid=0, request_mask=wire.GETATTR_ALL, reply_capacity=64)),
+            (lambda: p9.send(Tgetattr(fid=0, request_mask=wire.GETATTR_ALL), reply_capacity=64)),
             ("Failed to encode VirtFS reply type 25"),
         )
     else:
         send, line = (
-            (lambda: p9.send("Tversion", msize=8192, version="9P2000.L", reply_capacity=8)),
+            (lambda: p9.send(Tversion(msize=8192, version="9P2000.L"), reply_capacity=8)),
             ("Failed to encode VirtFS reply type 101"),
         )
     expect_device_error(p9, device, send, line, transport == "modern")

@@ -19,7 +19,7 @@ DATA = bytes(range(256)) * 64  # 16 KiB: more than an 8 KiB msize can carry
 def file_with_data(place: Place) -> tuple[int, int]:
     """A fid opened O_RDONLY on a file holding DATA, and the iounit Rlopen gave."""
     place.host_path("data").write_bytes(DATA)
-    fid, _ = place.session.walk(place.fid, ["data"])
+    fid = place.session.walk_fid(place.fid, ["data"])
     return fid, int(place.session.lopen(fid, os.O_RDONLY).iounit)
 
 
@@ -28,11 +28,11 @@ def test_read_basic(place: Place) -> None:
     """Reads at offsets return exactly the host bytes; past EOF returns count 0."""
     p9 = place.session
     fid, _ = file_with_data(place)
-    assert p9.read(fid, 0, 4096) == DATA[:4096]
-    assert p9.read(fid, 12345, 100) == DATA[12345:12445]
-    assert p9.read(fid, len(DATA) - 10, 100) == DATA[-10:]
-    assert p9.read(fid, len(DATA), 100) == b""
-    assert p9.read(fid, 10 * len(DATA), 100) == b""
+    assert p9.read(fid, 0, 4096).data == DATA[:4096]
+    assert p9.read(fid, 12345, 100).data == DATA[12345:12445]
+    assert p9.read(fid, len(DATA) - 10, 100).data == DATA[-10:]
+    assert p9.read(fid, len(DATA), 100).data == b""
+    assert p9.read(fid, 10 * len(DATA), 100).data == b""
     p9.clunk(fid)
 
 
@@ -48,7 +48,7 @@ def test_read_count_above_msize(place: Place, transport: str) -> None:
     """A count above msize - 24 gets at most msize - 24 bytes, the first ones of the file."""
     p9 = place.session
     fid, _ = file_with_data(place)
-    data = p9.read(fid, 0, len(DATA))
+    data = p9.read(fid, 0, len(DATA)).data
     assert 0 < len(data) <= p9.msize - wire.IOHDRSZ
     assert data == DATA[: len(data)]
     p9.clunk(fid)
@@ -62,5 +62,5 @@ def test_read_above_iounit(place: Place) -> None:
     fid, iounit = file_with_data(place)
     count = p9.msize - wire.IOHDRSZ
     assert count > iounit
-    assert p9.read(fid, 0, count) == DATA[:count]
+    assert p9.read(fid, 0, count).data == DATA[:count]
     p9.clunk(fid)

@@ -9,7 +9,6 @@ import errno
 import itertools
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,10 +17,10 @@ from fixtures.place import Place
 from fixtures.pool import Device
 from fixtures.qos import qos
 from harness.p9 import wire
+from harness.p9.messages import Dirent, Rreaddir, Tclunk, Twalk
 from harness.p9.session import Session
 from synth_tree import READDIR_DIR, Node, readdir_dir
 
-Entry = dict[str, Any]
 #: Walks in flight at once when checking a listing's qids (two descriptors each: 64 ring slots).
 WALKS_IN_FLIGHT = 32
 DT_UNKNOWN, DT_DIR, DT_REG = 0, 4, 8
@@ -41,25 +40,26 @@ SPLIT_COUNTS = [
 ]
 
 
-def size_of(entry: Entry) -> int:
-    return wire.READDIRHDRSZ + len(entry["name"].encode("utf-8", "surrogateescape"))
+def size_of(entry: Dirent) -> int:
+    return wire.READDIRHDRSZ + len(entry.name.encode("utf-8", "surrogateescape"))
 
 
 def open_dir(place: Place, node: Node) -> int:
     p9 = place.session
-    fid, (qid,) = p9.walk(place.provide(node), [node.name])
-    assert qid["type"] == wire.QTDIR
+    fid = p9.new_fid()
+    (qid,) = p9.walk(place.provide(node), [node.name], fid).qids
+    assert qid.type == wire.QTDIR
     p9.lopen(fid, os.O_DIRECTORY)
     return fid
 
 
-def check_listing(place: Place, node: Node, replies: list[list[Entry]]) -> list[Entry]:
+def check_listing(place: Place, node: Node, replies: list[Rreaddir]) -> list[Dirent]:
     """Every name exactly once, nothing extra, the end marked by an empty reply; on synth the
     exact order QEMU's synth backend lists in."""
-    assert replies[-1] == [], "the listing did not end with an Rreaddir of count 0"
-    assert all(replies[:-1]), "an empty Rreaddir before the end"
-    entries = [entry for reply in replies for entry in reply]
-    names = [entry["name"] for entry in entries]
+    assert replies[-1].entries == [], "the listing did not end with an Rreaddir of count 0"
+    assert all(reply.entries for reply in replies[:-1]), "an empty Rreaddir before the end"
+    entries = [entry for reply in replies for entry in reply.entries]
+    names = [entry.name for entry in entries]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     assert not duplicates, f"listed more than once: {duplicates}"
     assert set(names) == node.names(), f"missing {node.names() - set(names)}, extra {set(names) - node.names()}"
@@ -78,28 +78,26 @@ def test_readdir_basic(place: Place) -> None:
     p9 = place.session
     fid = open_dir(place, READDIR_DIR)
     first = p9.readdir(fid, 0, p9.msize - wire.RREADDIR_HEADER)
-    assert len(first) == len(READDIR_DIR.children) + 2
-    replies = [first, p9.readdir(fid, first[-1]["offset"], p9.msize - wire.RREADDIR_HEADER)]
+    assert len(first.entries) == len(READDIR_DIR.children) + 2
+    replies = [first, p9.readdir(fid, first.entries[-1].offset, p9.msize - wire.RREADDIR_HEADER)]
     entries = check_listing(place, READDIR_DIR, replies)
-    dir_fid, _ = p9.walk(place.fid, [READDIR_DIR.name])
-    named = [entry for entry in entries if entry["name"] not in (".", "..")]
+    dir_fid = p9.walk_fid(place.fid, [READDIR_DIR.name])
+    named = [entry for entry in entries if entry.name not in (".", "..")]
     for at in range(0, len(named), WALKS_IN_FLIGHT):
         chunk = named[at : at + WALKS_IN_FLIGHT]
         fids = [p9.new_fid() for _ in chunk]
         with p9.batch():
-            walks = [
-                p9.send("Twalk", fid=dir_fid, newfid=f, wnames=[e["name"]]) for f, e in zip(fids, chunk, strict=True)
-            ]
+            walks = [p9.send(Twalk(fid=dir_fid, newfid=f, wnames=[e.name])) for f, e in zip(fids, chunk, strict=True)]
         walked = [pending.result() for pending in walks]
         with p9.batch():
-            clunks = [p9.send("Tclunk", fid=f) for f in fids]
+            clunks = [p9.send(Tclunk(fid=f)) for f in fids]
         for pending in clunks:
             pending.result()
         for entry, reply in zip(chunk, walked, strict=True):
             (qid,) = reply.qids
-            assert entry["qid"]["path"] == qid["path"], entry["name"]
-            if entry["type"] != DT_UNKNOWN:
-                assert (entry["type"] == DT_DIR) == bool(qid["type"] & wire.QTDIR), entry
+            assert entry.qid.path == qid.path, entry.name
+            if entry.type != DT_UNKNOWN:
+                assert (entry.type == DT_DIR) == bool(qid.type & wire.QTDIR), entry
     p9.clunk(dir_fid)
     p9.clunk(fid)
 
@@ -110,11 +108,11 @@ def test_readdir_offsets_continue(place: Place) -> None:
     """Each entry's offset, passed back as Treaddir's offset, continues right after that entry."""
     p9 = place.session
     fid = open_dir(place, READDIR_DIR)
-    entries = p9.readdir(fid, 0)
+    entries = p9.readdir(fid, 0).entries
     for here, following in itertools.pairwise(entries):
-        (got, *_) = p9.readdir(fid, here["offset"], LARGEST)
-        assert got["name"] == following["name"], f"offset {here['offset']} of {here['name']!r}"
-    assert p9.readdir(fid, entries[-1]["offset"]) == []
+        (got, *_) = p9.readdir(fid, here.offset, LARGEST).entries
+        assert got.name == following.name, f"offset {here.offset} of {here.name!r}"
+    assert p9.readdir(fid, entries[-1].offset).entries == []
     p9.clunk(fid)
 
 
@@ -129,10 +127,11 @@ def test_readdir_split(place: Place, count: int) -> None:
     replies = p9.readdir_all(fid, count)
     check_listing(place, READDIR_DIR, replies)
     for reply, following in itertools.pairwise(replies):
-        used = sum(size_of(entry) for entry in reply)
+        used = sum(size_of(entry) for entry in reply.entries)
         assert used <= count, f"{used} bytes of entries for count {count}"
-        if following:
-            assert used + size_of(following[0]) > count, f"room for {following[0]['name']!r} was left unused"
+        if following.entries:
+            nxt = following.entries[0]
+            assert used + size_of(nxt) > count, f"room for {nxt.name!r} was left unused"
     p9.clunk(fid)
 
 
@@ -151,13 +150,13 @@ def test_readdir_count_clamp(
     fid = open_dir(place, node)
     limit = p9.msize - wire.RREADDIR_HEADER
     mark = device.machine.stderr_mark()
-    first = p9.readdir(fid, 0, 0xFFFFFFFF)
-    second = p9.readdir(fid, 0, 0xFFFFFFFF)
+    first = p9.readdir(fid, 0, 0xFFFFFFFF).entries
+    second = p9.readdir(fid, 0, 0xFFFFFFFF).entries
     used = sum(size_of(entry) for entry in first)
     assert used <= limit
     assert first == second
     if backend == "local":
-        following = p9.readdir(fid, first[-1]["offset"], limit)[0]
+        following = p9.readdir(fid, first[-1].offset, limit).entries[0]
         assert used + size_of(following) > limit, "the clamped reply was not filled to msize - 11"
     assert device.machine.stderr_since(mark).count(CLAMP_WARNING) == 1
     p9.clunk(fid)
@@ -171,11 +170,11 @@ def test_readdir_on_a_file(place: Place, device: Device) -> None:
     here; Debian's 7.2 carries the fix), with QEMU's "bad client" warning; the fid still reads."""
     p9 = place.session
     place.host_path("f").write_bytes(b"data")
-    fid, _ = p9.walk(place.fid, ["f"])
+    fid = p9.walk_fid(place.fid, ["f"])
     p9.lopen(fid, os.O_RDONLY)
     mark = device.machine.stderr_mark()
     with expect_rlerror(errno.ENOTDIR):
         p9.readdir(fid)
     assert "T_readdir on non-directory stream" in device.machine.stderr_since(mark)
-    assert p9.read(fid, 0, 10) == b"data"
+    assert p9.read(fid, 0, 10).data == b"data"
     p9.clunk(fid)

@@ -7,6 +7,7 @@ import errno
 from fixtures.expect import expect_rlerror
 from fixtures.place import Place
 from fixtures.qos import qos
+from harness.p9.messages import Tremove
 
 
 @qos("remove/{outcome}", backends=["local"], outcome=["removed", "refused"])
@@ -16,13 +17,13 @@ def test_remove_clunks_the_fid(place: Place, outcome: str) -> None:
     place.host_path("d").mkdir()
     if outcome == "refused":
         place.host_path("d", "child").write_bytes(b"")
-    fid, _ = p9.walk(place.fid, ["d"])
+    fid = p9.walk_fid(place.fid, ["d"])
     if outcome == "refused":
         with expect_rlerror(errno.ENOTEMPTY):
-            p9.rpc("Tremove", fid=fid)
+            p9.rpc(Tremove(fid=fid))
         assert place.host_path("d", "child").exists()
     else:
-        p9.rpc("Tremove", fid=fid)
+        p9.rpc(Tremove(fid=fid))
         assert not place.host_path("d").exists()
     assert fid not in p9.fids
     with expect_rlerror(errno.ENOENT):

@@ -17,6 +17,7 @@ from fixtures.qos import qos
 from harness.errors import QEMUError, RingFull
 from harness.machine import MachineConfig
 from harness.p9 import wire
+from harness.p9.messages import Rflush, Rgetattr, Rwrite, Tflush, Tgetattr, Twrite
 from harness.p9.session import Pending, Session
 from harness.p9.transport import DEFAULT_FEATURES, SIMPLE, ChainLayout
 from harness.virtio_pci import F_RING_EVENT_IDX
@@ -52,20 +53,20 @@ def wait_in_use(device: Device, count: int, timeout: float = 5.0) -> dict[str, A
     return status
 
 
-def block(p9: Session, count: int, layout: ChainLayout) -> tuple[int, list[Pending]]:
+def block(p9: Session, count: int, layout: ChainLayout) -> tuple[int, list[Pending[Rwrite]]]:
     """``count`` writes of byte 1 to the synth FLUSH file: each blocks until it is flushed."""
-    fid, _ = p9.walk(0, ["FLUSH"])
+    fid = p9.walk_fid(0, ["FLUSH"])
     p9.lopen(fid, os.O_WRONLY)
-    return fid, [p9.send("Twrite", fid=fid, offset=0, data=b"\x01", layout=layout) for _ in range(count)]
+    return fid, [p9.send(Twrite(fid=fid, offset=0, data=b"\x01"), layout=layout) for _ in range(count)]
 
 
-def flush_one_by_one(p9: Session, blocked: list[Pending], layout: ChainLayout) -> None:
+def flush_one_by_one(p9: Session, blocked: list[Pending[Rwrite]], layout: ChainLayout) -> None:
     """Tflush each blocked request: its buffer returns empty, then its Rflush arrives."""
     for pending in blocked:
-        flush = p9.send("Tflush", oldtag=pending.tag, layout=layout)
+        flush = p9.send(Tflush(oldtag=pending.tag), layout=layout)
         flushed, answer = pending.wait(), flush.wait()
         assert (flushed.used_len, flushed.message) == (0, None), f"tag {pending.tag}"
-        assert answer.message is not None and answer.message.name == "Rflush"
+        assert answer.message == Rflush()
         assert flushed.order < answer.order
 
 
@@ -100,7 +101,7 @@ def test_ring_full_is_refused_by_the_driver(attached: Session, device: Device, t
     assert wait_in_use(device, capacity)["inuse"] == capacity
     avail = device.transport.queue.avail_idx
     with pytest.raises(RingFull):
-        p9.send("Tflush", oldtag=blocked[0].tag, layout=INDIRECT)
+        p9.send(Tflush(oldtag=blocked[0].tag), layout=INDIRECT)
     assert device.transport.queue.avail_idx == avail
     assert queue_status(device)["last-avail-idx"] == avail
     assert device.transport.queue.num_free == 0
@@ -150,14 +151,14 @@ def test_ring_out_of_order(attached: Session, transport: str) -> None:
     request by descriptor head and tag; the write comes back last, flushed."""
     p9 = attached
     fid, (write,) = block(p9, 1, SIMPLE)
-    fast = [p9.send("Tgetattr", fid=0, request_mask=wire.GETATTR_BASIC) for _ in range(8)]
-    everything = [write, *fast]
+    fast = [p9.send(Tgetattr(fid=0, request_mask=wire.GETATTR_BASIC)) for _ in range(8)]
+    everything: list[Pending[Any]] = [write, *fast]
     assert len({p.head for p in everything}) == len({p.tag for p in everything}) == 9
     replies = [p.wait() for p in fast]
     for pending, reply in zip(fast, replies, strict=True):
-        assert reply.message is not None and reply.message.name == "Rgetattr"
-        assert reply.message.tag == pending.tag
-    flush = p9.send("Tflush", oldtag=write.tag)
+        assert isinstance(reply.message, Rgetattr)
+        assert reply.tag == pending.tag
+    flush = p9.send(Tflush(oldtag=write.tag))
     flushed, answer = write.wait(), flush.wait()
     assert flushed.used_len == 0
     assert max(r.order for r in replies) < flushed.order < answer.order
@@ -174,9 +175,10 @@ def test_per_test_reset(machine_pool: MachinePool, machine_config: MachineConfig
     old = Session(device.transport)
     old.version()
     old.attach(0)
-    walked, _ = old.walk(0, [])  # a clone of the root: a fid the reset must forget
+    walked = old.new_fid()
+    old.walk(0, [], walked)  # a clone of the root: a fid the reset must forget
     for _ in range(QUEUE_SIZE // 2):  # 64 two-descriptor chains: every descriptor in use
-        old.send("Tgetattr", fid=walked, request_mask=wire.GETATTR_BASIC)
+        old.send(Tgetattr(fid=walked, request_mask=wire.GETATTR_BASIC))
     assert device.transport.queue.num_free == 0
     old.close(check=False)
     again = machine_pool.get(machine_config)
@@ -204,7 +206,7 @@ def test_event_idx(attached: Session, device: Device, transport: str) -> None:
     root = p9.getattr(0).qid
     before = transport_.notifications + transport_.suppressed_notifications
     for _ in range(20):
-        burst = [p9.send("Tgetattr", fid=0, request_mask=wire.GETATTR_BASIC) for _ in range(32)]
+        burst = [p9.send(Tgetattr(fid=0, request_mask=wire.GETATTR_BASIC)) for _ in range(32)]
         assert all(p.result().qid == root for p in burst)
     submitted = transport_.notifications + transport_.suppressed_notifications - before
     assert submitted == 20 * 32
@@ -220,7 +222,7 @@ def test_ring_burst(attached: Session, transport: str) -> None:
     root = p9.getattr(0).qid
     for _ in range(4):
         with p9.batch():
-            burst = [p9.send("Tgetattr", fid=0, request_mask=wire.GETATTR_BASIC, layout=INDIRECT) for _ in range(128)]
+            burst = [p9.send(Tgetattr(fid=0, request_mask=wire.GETATTR_BASIC), layout=INDIRECT) for _ in range(128)]
         for pending in burst:
             reply = pending.result()
-            assert reply.tag == pending.tag and reply.qid == root
+            assert pending.wait().tag == pending.tag and reply.qid == root

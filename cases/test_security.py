@@ -17,7 +17,9 @@ from fixtures.pool import Device
 from fixtures.qos import qos
 from harness.errors import P9Rlerror
 from harness.p9 import wire
+from harness.p9.messages import Rlerror, Tmknod, Tsetattr
 from harness.p9.session import Session
+from harness.p9.wire import TMessage
 
 SPECIAL_FILE_WARNING = "9p: broken or compromised client detected; attempt to open special file"
 
@@ -28,7 +30,8 @@ def test_dotdot_never_leaves_the_root(attached: Session, backend: str, local_exp
     the root's mtime changed (QEMU once compared the whole stat and let '..' out)."""
     p9 = attached
     root = p9.getattr(0).qid
-    newfid, qids = p9.walk(0, [".."] * 16)
+    newfid = p9.new_fid()
+    qids = p9.walk(0, [".."] * 16, newfid).qids
     assert qids == [root] * 16
     p9.clunk(newfid)
     if backend == "local":  # change the root's mtime, then again
@@ -36,9 +39,10 @@ def test_dotdot_never_leaves_the_root(attached: Session, backend: str, local_exp
         marker.write_bytes(b"")
         marker.unlink()
         root = p9.getattr(0).qid
-        newfid, qids = p9.walk(0, [".."] * 4)
+        newfid = p9.new_fid()
+        qids = p9.walk(0, [".."] * 4, newfid).qids
         assert qids == [root] * 4
-        assert p9.getattr(newfid).qid["path"] == root["path"]
+        assert p9.getattr(newfid).qid.path == root.path
         p9.clunk(newfid)
 
 
@@ -47,8 +51,9 @@ def test_dotdot_from_a_subdirectory(place: Place) -> None:
     """'..' from the case's directory is the export root, and one more '..' stays there."""
     p9 = place.session
     root = p9.getattr(0).qid
-    newfid, qids = p9.walk(place.fid, ["..", ".."])
-    assert [q["path"] for q in qids] == [root["path"]] * 2
+    newfid = p9.new_fid()
+    qids = p9.walk(place.fid, ["..", ".."], newfid).qids
+    assert [q.path for q in qids] == [root.path] * 2
     p9.clunk(newfid)
 
 
@@ -66,24 +71,25 @@ def test_symlink_out_of_the_export(place: Place, security_model: str, target: st
     p9 = place.session
     where = "/" if target == "root" else "/etc"
     before = host_state(where)
-    dfid, _ = p9.walk(place.fid, [])
+    dfid = p9.walk_fid(place.fid, [])
     p9.symlink(dfid, "esc", where)
     p9.clunk(dfid)
-    newfid, qids = p9.walk(place.fid, ["esc", "passwd"], newfid=500)
-    assert len(qids) == 1 and qids[0]["type"] == wire.QTSYMLINK
+    newfid = 500
+    qids = p9.walk(place.fid, ["esc", "passwd"], newfid).qids
+    assert len(qids) == 1 and qids[0].type == wire.QTSYMLINK
     assert newfid not in p9.fids
-    link, _ = p9.walk(place.fid, ["esc"])
+    link = p9.walk_fid(place.fid, ["esc"])
     assert stat.S_ISLNK(p9.getattr(link).mode)
     fields = {"uid": 0, "gid": 0, "size": 0, "atime_sec": 0, "atime_nsec": 0, "mtime_sec": 0, "mtime_nsec": 0}
     if security_model == "passthrough":
         with expect_rlerror(errno.ELOOP):
-            p9.rpc("Tsetattr", fid=link, valid=0x1, mode=0o777, **fields)
+            p9.rpc(Tsetattr(fid=link, valid=0x1, mode=0o777, **fields))
         with expect_rlerror(errno.ELOOP):
             p9.lopen(link, os.O_RDONLY)
     else:
-        p9.rpc("Tsetattr", fid=link, valid=0x1, mode=0o777, **fields)
+        p9.rpc(Tsetattr(fid=link, valid=0x1, mode=0o777, **fields))
         p9.lopen(link, os.O_RDONLY)
-        assert p9.read(link, 0, 100) == where.encode()  # the link file's content, not the target
+        assert p9.read(link, 0, 100).data == where.encode()  # the link file's content, not the target
     assert host_state(where) == before
     p9.clunk(link)
 
@@ -95,7 +101,7 @@ def test_host_fifo_is_not_opened(place: Place, device: Device, security_model: s
     ENXIO at once (no blocking open), and QEMU says a client is broken or compromised."""
     p9 = place.session
     os.mkfifo(place.host_path("fifo"))
-    fid, _ = p9.walk(place.fid, ["fifo"])
+    fid = p9.walk_fid(place.fid, ["fifo"])
     mark = device.machine.stderr_mark()
     with expect_rlerror(errno.ENXIO):
         p9.lopen(fid, os.O_RDONLY)
@@ -113,12 +119,12 @@ def test_mknod_special_nodes_are_plain_files_on_the_host(place: Place, security_
     (the type lives in metadata), so opening it reaches no host device."""
     p9 = place.session
     for name, mode, major, minor in (("fifo", stat.S_IFIFO, 0, 0), ("null", stat.S_IFCHR, 1, 3)):
-        p9.rpc("Tmknod", dfid=place.fid, name=name, mode=mode | 0o600, major=major, minor=minor, gid=0)
+        p9.rpc(Tmknod(dfid=place.fid, name=name, mode=mode | 0o600, major=major, minor=minor, gid=0))
         assert stat.S_ISREG(place.host_path(name).lstat().st_mode)
-        fid, _ = p9.walk(place.fid, [name])
+        fid = p9.walk_fid(place.fid, [name])
         assert stat.S_IFMT(p9.getattr(fid).mode) == mode
         p9.lopen(fid, os.O_RDWR)
-        assert p9.write(fid, 0, b"not a device") == 12
+        assert p9.write(fid, 0, b"not a device").count == 12
         p9.clunk(fid)
 
 
@@ -133,7 +139,7 @@ def test_mknod_special_nodes_are_plain_files_on_the_host(place: Place, security_
 def test_mknod_fifo_on_passthrough(place: Place, security_model: str) -> None:
     """Making a FIFO is allowed (only opening one is refused): Tmknod succeeds and the host has it."""
     p9 = place.session
-    p9.rpc("Tmknod", dfid=place.fid, name="fifo", mode=stat.S_IFIFO | 0o600, major=0, minor=0, gid=0)
+    p9.rpc(Tmknod(dfid=place.fid, name="fifo", mode=stat.S_IFIFO | 0o600, major=0, minor=0, gid=0))
     assert stat.S_ISFIFO(place.host_path("fifo").lstat().st_mode)
 
 
@@ -146,51 +152,47 @@ def test_mapped_file_metadata_is_out_of_reach(place: Place, security_model: str,
     p9.mkdir(place.fid, "sub")  # QEMU writes sub's metadata into .virtfs_metadata here
     assert place.host_path(".virtfs_metadata").is_dir()
     if operation == "readdir":
-        fid, _ = p9.walk(place.fid, [])
+        fid = p9.walk_fid(place.fid, [])
         p9.lopen(fid, os.O_DIRECTORY)
-        names = [entry["name"] for reply in p9.readdir_all(fid) for entry in reply]
+        names = [entry.name for reply in p9.readdir_all(fid) for entry in reply.entries]
         assert sorted(names) == [".", "..", "sub"]
         p9.clunk(fid)
         return
     with expect_rlerror(errno.EINVAL):
         if operation == "walk":
-            p9.walk(place.fid, [".virtfs_metadata"], newfid=500)
+            p9.walk(place.fid, [".virtfs_metadata"], 500)
         elif operation == "mkdir":
             p9.mkdir(place.fid, ".virtfs_metadata")
         else:
-            fid, _ = p9.walk(place.fid, [])
+            fid = p9.walk_fid(place.fid, [])
             try:
                 p9.lcreate(fid, ".virtfs_metadata")
             finally:
                 p9.clunk(fid)
 
 
-def empty_strings(message: wire.MessageDef, fid: int) -> dict[str, Any]:
-    """Fields for ``message``: every string empty, every fid ``fid``, numbers 0, lists empty."""
+def empty_strings(message: type[TMessage[Any]], fid: int) -> TMessage[Any]:
+    """``message`` with every string empty, every fid ``fid``, numbers 0, lists empty."""
     fields: dict[str, Any] = {}
-    for sub in message.body.subcons:
-        if not sub.name:
-            continue
-        kind = type(sub.subcon).__name__
-        if isinstance(sub.subcon, wire._Str):
-            fields[sub.name] = ""
-        elif sub.name in ("fid", "dfid", "dirfd", "olddirfid", "newdirfid"):
-            fields[sub.name] = fid
-        elif sub.name in ("newfid", "afid"):
-            fields[sub.name] = 900
+    for name, codec in wire.field_codecs(message).items():
+        kind = type(codec).__name__
+        if isinstance(codec, wire.StringCodec):
+            fields[name] = ""
+        elif name in ("fid", "dfid", "dirfd", "olddirfid", "newdirfid"):
+            fields[name] = fid
+        elif name in ("newfid", "afid"):
+            fields[name] = 900
         elif kind in ("FocusedSeq", "Prefixed"):
-            fields[sub.name] = [] if kind == "FocusedSeq" else b""
+            fields[name] = [] if kind == "FocusedSeq" else b""
         else:
-            fields[sub.name] = 0
-    return fields
+            fields[name] = 0
+    return message(**fields)
 
 
 STRING_MESSAGES = [
-    m.name
-    for m in wire.TABLE
-    if m.is_request
-    and m.name != "Tversion"
-    and any(isinstance(getattr(s, "subcon", None), wire._Str) for s in m.body.subcons)
+    m.NAME
+    for m in wire.requests()
+    if m.NAME != "Tversion" and any(isinstance(c, wire.StringCodec) for c in wire.field_codecs(m).values())
 ]
 
 
@@ -199,13 +201,14 @@ def test_empty_strings_do_not_crash(place: Place, device: Device, message: str) 
     """CVE-2016-8578: every string field empty (name, target, uname, client_id ...): an answer,
     reply or Rlerror, and QEMU alive with a working session afterwards."""
     p9 = place.session
-    scratch, _ = p9.walk(place.fid, [])
+    scratch = p9.walk_fid(place.fid, [])
     if message in ("Tlock", "Tgetlock"):  # they need an open fid (see lock/unopened_fid for why)
         p9.lopen(scratch, os.O_DIRECTORY)
-    reply = p9.send(message, **empty_strings(wire.BY_NAME[message], scratch)).wait()
-    assert reply.message is not None and reply.message.name in ("Rlerror", wire.reply_type(wire.BY_NAME[message]).name)
+    request = wire.request(message)
+    reply = p9.send(empty_strings(request, scratch)).wait()
+    assert isinstance(reply.message, Rlerror | request.reply_class()), reply.message
     assert device.alive()
-    assert p9.getattr(0).qid["type"] == wire.QTDIR
+    assert p9.getattr(0).qid.type == wire.QTDIR
     for fid in list(p9.fids - {0, place.fid}):
         with contextlib.suppress(P9Rlerror):  # an xattr fid with an empty name fails to commit
             p9.clunk(fid)

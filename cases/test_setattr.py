@@ -11,6 +11,7 @@ import pytest
 
 from fixtures.place import Place
 from fixtures.qos import qos
+from harness.p9.messages import Tsetattr
 
 MODE, UID, GID, SIZE, ATIME, MTIME, ATIME_SET, MTIME_SET = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20, 0x80, 0x100
 
@@ -26,12 +27,12 @@ def setattr(place: Place, fid: int, valid: int, **fields: int) -> None:
         "mtime_sec": 0,
         "mtime_nsec": 0,
     }
-    place.session.rpc("Tsetattr", fid=fid, valid=valid, **{**values, **fields})
+    place.session.rpc(Tsetattr(fid=fid, valid=valid, **{**values, **fields}))
 
 
 def file_fid(place: Place, data: bytes = b"0123456789") -> int:
     place.host_path("f").write_bytes(data)
-    fid, _ = place.session.walk(place.fid, ["f"])
+    fid = place.session.walk_fid(place.fid, ["f"])
     return fid
 
 

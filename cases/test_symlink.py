@@ -16,14 +16,15 @@ def test_symlink_file(place: Place) -> None:
     says symlink, Treadlink gives the target back and Tgetattr reports S_IFLNK."""
     p9 = place.session
     dfid = place.make_file("05", "real_file")
-    qid = p9.symlink(dfid, "symlink_file", "real_file")
-    assert qid["type"] == wire.QTSYMLINK
+    qid = p9.symlink(dfid, "symlink_file", "real_file").qid
+    assert qid.type == wire.QTSYMLINK
     host = place.host_path("05", "symlink_file")
     assert host.exists()
     assert host.read_bytes() == b"real_file"  # mapped-xattr stores a symlink as a file
-    link, (walked,) = p9.walk(dfid, ["symlink_file"])
+    link = p9.new_fid()
+    (walked,) = p9.walk(dfid, ["symlink_file"], link).qids
     assert walked == qid
-    assert p9.readlink(link) == "real_file"
+    assert p9.readlink(link).target == "real_file"
     assert stat.S_ISLNK(p9.getattr(link).mode)
     p9.clunk(link)
     p9.clunk(dfid)

@@ -19,7 +19,7 @@ def test_unlinkat_dir(place: Place) -> None:
     p9 = place.session
     p9.mkdir(place.fid, "02")
     p9.mkdir(place.fid, "full")
-    full, _ = p9.walk(place.fid, ["full"])
+    full = p9.walk_fid(place.fid, ["full"])
     p9.mkdir(full, "child")
     p9.clunk(full)
     with expect_rlerror(errno.EISDIR):
@@ -30,7 +30,7 @@ def test_unlinkat_dir(place: Place) -> None:
     p9.unlinkat(place.fid, "02", wire.AT_REMOVEDIR)
     assert not place.host_path("02").exists()
     with expect_rlerror(errno.ENOENT):
-        p9.walk(place.fid, ["02"])
+        p9.walk(place.fid, ["02"], p9.new_fid())
     with expect_rlerror(errno.ENOENT):
         p9.unlinkat(place.fid, "02", wire.AT_REMOVEDIR)
 
@@ -44,7 +44,7 @@ def test_unlinkat_file(place: Place) -> None:
     p9.unlinkat(dfid, "doa_file")
     assert not place.host_path("04", "doa_file").exists() and place.host_path("04").is_dir()
     with expect_rlerror(errno.ENOENT):
-        p9.walk(dfid, ["doa_file"])
+        p9.walk(dfid, ["doa_file"], p9.new_fid())
     p9.clunk(dfid)
 
 
@@ -66,7 +66,7 @@ def test_unlinkat_hardlink(place: Place) -> None:
     """Removing one of two names leaves the other with its data and nlink back at 1."""
     p9 = place.session
     dfid = place.make_file("08", "real_file")
-    real, _ = p9.walk(dfid, ["real_file"])
+    real = p9.walk_fid(dfid, ["real_file"])
     p9.link(dfid, real, "hardlink_file")
     place.host_path("08", "real_file").write_bytes(b"kept")
     p9.unlinkat(dfid, "hardlink_file")
@@ -83,15 +83,17 @@ def test_use_after_unlink(place: Place) -> None:
     done in full and reads back byte for byte; a fid that was only walked, not opened, is dead."""
     p9 = place.session
     dfid = place.make_file("09", "doa_file")
-    opened, _ = p9.walk_path(place.fid, "09/doa_file")
-    walked, _ = p9.walk_path(place.fid, "09/doa_file")
+    opened = p9.new_fid()
+    p9.walk(place.fid, [p for p in ["09", "doa_file"] if p], opened)
+    walked = p9.new_fid()
+    p9.walk(place.fid, [p for p in ["09", "doa_file"] if p], walked)
     p9.lopen(opened, os.O_RDWR)
     p9.unlinkat(dfid, "doa_file")
     assert not place.host_path("09", "doa_file").exists()
     assert p9.getattr(opened, wire.GETATTR_BASIC).nlink == 0
     data = bytes(range(256)) * (p9.msize // 2 // 256)
-    assert p9.write(opened, 0, data) == len(data)
-    assert p9.read(opened, 0, len(data)) == data
+    assert p9.write(opened, 0, data).count == len(data)
+    assert p9.read(opened, 0, len(data)).data == data
     assert p9.getattr(opened).size == len(data)
     with expect_rlerror(errno.ENOENT):
         p9.getattr(walked)

@@ -11,6 +11,7 @@ from fixtures.expect import expect_rlerror
 from fixtures.pool import Device
 from fixtures.qos import qos
 from harness.p9 import wire
+from harness.p9.messages import Rversion, Tversion
 from harness.p9.session import Session
 
 MSIZE_WARNING = "Client requested msize < minimum msize (4096)"
@@ -19,11 +20,11 @@ MSIZE_WARNING = "Client requested msize < minimum msize (4096)"
 @qos("version/basic", backends=["synth"])
 def test_version_basic(p9: Session) -> None:
     """Rversion echoes the tag NOTAG, the dialect and (QEMU 7.2 does not clamp) the msize."""
-    reply = p9.send("Tversion", msize=8192, version="9P2000.L").wait()
+    reply = p9.send(Tversion(msize=8192, version="9P2000.L")).wait()
     assert reply.message is not None
     assert reply.used_len == len(reply.frame) == 21
-    assert (reply.message.name, reply.message.tag) == ("Rversion", wire.NOTAG)
-    assert reply.message.fields == {"msize": 8192, "version": "9P2000.L"}
+    assert reply.tag == wire.NOTAG
+    assert reply.message == Rversion(msize=8192, version="9P2000.L")
 
 
 @qos("version/msize_refused/{msize}", backends=["synth"], msize=[0, 7, 4095])
@@ -40,9 +41,10 @@ def test_msize_below_minimum(p9: Session, device: Device, msize: int) -> None:
 def test_msize_accepted(p9: Session, device: Device, msize: int) -> None:
     """msize >= 4096 is accepted as asked, and a reply of up to msize bytes then fits."""
     mark = device.machine.stderr_mark()
-    assert p9.version(msize).fields == {"msize": msize, "version": "9P2000.L"}
+    assert p9.version(msize) == Rversion(msize=msize, version="9P2000.L")
     assert MSIZE_WARNING not in device.machine.stderr_since(mark)
-    fid, qid = p9.attach()
+    fid = p9.new_fid()
+    qid = p9.attach(fid).qid
     assert p9.getattr(fid).qid == qid
     p9.clunk(fid)
 
@@ -51,8 +53,8 @@ def test_msize_accepted(p9: Session, device: Device, msize: int) -> None:
 def test_unknown_version(p9: Session, device: Device, msize: int) -> None:
     """An unknown dialect gets Rversion "unknown" (no Rlerror), and QEMU skips the msize check."""
     mark = device.machine.stderr_mark()
-    reply = p9.rpc("Tversion", msize=msize, version="9P2000.X")
-    assert reply.fields == {"msize": msize, "version": "unknown"}
+    reply = p9.rpc(Tversion(msize=msize, version="9P2000.X"))
+    assert reply == Rversion(msize=msize, version="unknown")
     assert MSIZE_WARNING not in device.machine.stderr_since(mark)
 
 
@@ -61,13 +63,15 @@ def test_unknown_version(p9: Session, device: Device, msize: int) -> None:
 def test_version_drops_fids(p9: Session) -> None:
     """ "A Tversion ... aborts all outstanding I/O and clunks all fids" (version(5))."""
     p9.version()
-    root, _ = p9.attach()
-    walked, _ = p9.walk(root, ["WALK0"])
+    root = p9.new_fid()
+    p9.attach(root)
+    walked = p9.walk_fid(root, ["WALK0"])
     p9.version()
     for fid in (root, walked):
         with expect_rlerror(errno.ENOENT):
             p9.getattr(fid)
     # the numbers are free again: attaching with the same fid works
-    fid, qid = p9.attach(root)
-    assert qid["type"] == wire.QTDIR
+    fid = root
+    qid = p9.attach(fid).qid
+    assert qid.type == wire.QTDIR
     p9.clunk(fid)

@@ -12,6 +12,7 @@ from fixtures.expect import expect_rlerror
 from fixtures.place import Place
 from fixtures.qos import qos
 from harness.p9 import wire
+from harness.p9.messages import Rwalk, Twalk
 from harness.p9.session import Session
 from synth_tree import WALK_PATH, chain
 
@@ -29,15 +30,17 @@ def test_walk_basic(place: Place) -> None:
     fid stands on the last of them."""
     p9 = place.session
     start = place.provide(chain(WALK_PATH))
-    newfid, qids = p9.walk(start, WALK_PATH)
+    newfid = p9.new_fid()
+    qids = p9.walk(start, WALK_PATH, newfid).qids
     assert len(qids) == wire.MAXWELEM
-    assert all(q["type"] == wire.QTDIR for q in qids), qids
-    assert len({q["path"] for q in qids}) == wire.MAXWELEM
+    assert all(q.type == wire.QTDIR for q in qids), qids
+    assert len({q.path for q in qids}) == wire.MAXWELEM
     assert p9.getattr(newfid).qid == qids[-1]
     # the same chain one step at a time reaches the same qids
     fid = start
     for name, want in zip(WALK_PATH, qids, strict=True):
-        step, (got,) = p9.walk(fid, [name])
+        step = p9.new_fid()
+        (got,) = p9.walk(fid, [name], step).qids
         assert got == want, name
         if fid != start:
             p9.clunk(fid)
@@ -71,10 +74,10 @@ def test_walk_none(attached: Session) -> None:
     """nwname = 0 clones the fid: no qid in Rwalk, and newfid is the same file as fid."""
     p9 = attached
     root_qid = p9.getattr(0).qid
-    reply = p9.send("Twalk", fid=0, newfid=1, wnames=[]).wait()
-    assert reply.message is not None and reply.message.fields == {"qids": []}
+    reply = p9.send(Twalk(fid=0, newfid=1, wnames=[])).wait()
+    assert reply.message == Rwalk(qids=[])
     assert reply.used_len == wire.HEADER_SIZE + 2
-    p9.fids.add(1)
+    assert 1 in p9.fids  # the session saw the clone made
     assert p9.getattr(1).qid == root_qid
     p9.clunk(1)
     assert p9.getattr(0).qid == root_qid  # the original is untouched
@@ -85,7 +88,8 @@ def test_walk_dotdot_from_root(attached: Session) -> None:
     """'..' at the root of the export stays at the root (it never leaves the export)."""
     p9 = attached
     root_qid = p9.getattr(0).qid
-    fid, qids = p9.walk(0, ["..", "..", ".."])
+    fid = p9.new_fid()
+    qids = p9.walk(0, ["..", "..", ".."], fid).qids
     assert qids == [root_qid] * 3
     assert p9.getattr(fid).qid == root_qid
     p9.clunk(fid)
@@ -107,14 +111,16 @@ def test_walk_2nd_non_existent(place: Place) -> None:
     p9 = place.session
     start = place.provide(chain(WALK_PATH))
     start_qid = p9.getattr(start).qid
-    walked, (first,) = p9.walk(start, ["WALK0"])
+    walked = p9.new_fid()
+    (first,) = p9.walk(start, ["WALK0"], walked).qids
     p9.clunk(walked)
-    newfid, qids = p9.walk(start, ["WALK0", "non-existent", "WALK2"], newfid=100)
+    newfid = 100
+    qids = p9.walk(start, ["WALK0", "non-existent", "WALK2"], newfid).qids
     assert qids == [first]
-    assert first != start_qid and first["type"] == wire.QTDIR
+    assert first != start_qid and first.type == wire.QTDIR
     assert_unused(p9, newfid)
     # a partial walk deeper in the chain returns exactly the prefix it managed
-    _, qids = p9.walk(start, [*WALK_PATH[:5], "nope", *WALK_PATH[6:]], newfid=101)
+    qids = p9.walk(start, [*WALK_PATH[:5], "nope", *WALK_PATH[6:]], 101).qids
     assert len(qids) == 5
     assert_unused(p9, 101)
 

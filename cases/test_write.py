@@ -24,9 +24,9 @@ def test_write_basic(attached: Session) -> None:
     """As QEMU's case: 2048 zero bytes at offset 0, all reported written (the WRITE file takes one
     byte per call, so the server looped 2048 times)."""
     p9 = attached
-    fid, _ = p9.walk(0, ["WRITE"])
+    fid = p9.walk_fid(0, ["WRITE"])
     p9.lopen(fid, os.O_WRONLY)
-    assert p9.write(fid, 0, bytes(QEMU_WRITE_COUNT)) == QEMU_WRITE_COUNT
+    assert p9.write(fid, 0, bytes(QEMU_WRITE_COUNT)).count == QEMU_WRITE_COUNT
     p9.clunk(fid)
 
 
@@ -35,9 +35,9 @@ def test_write_basic(attached: Session) -> None:
 def test_write_sizes(attached: Session, size: int) -> None:
     """From one byte to the largest payload a message of msize holds, at an offset too."""
     p9 = attached
-    fid, _ = p9.walk(0, ["WRITE"])
+    fid = p9.walk_fid(0, ["WRITE"])
     p9.lopen(fid, os.O_WRONLY)
     data = bytes(range(256)) * (size // 256) + bytes(size % 256)
-    assert p9.write(fid, 0, data) == size
-    assert p9.write(fid, 12345, data) == size
+    assert p9.write(fid, 0, data).count == size
+    assert p9.write(fid, 12345, data).count == size
     p9.clunk(fid)

@@ -11,6 +11,7 @@ import os
 from fixtures.expect import expect_rlerror
 from fixtures.place import Place
 from fixtures.qos import qos
+from harness.p9.messages import Tsetattr, Txattrcreate, Txattrwalk
 
 XATTR_CREATE, XATTR_REPLACE = 1, 2
 
@@ -20,15 +21,15 @@ def file_fid(place: Place) -> int:
     if not place.host_path("f").exists():
         place.host_path("f").write_bytes(b"x")
         os.setxattr(place.host_path("f"), "user.color", b"blue")
-    return place.session.walk(place.fid, ["f"])[0]
+    return place.session.walk_fid(place.fid, ["f"])
 
 
 def create(place: Place, name: str, value: bytes, flags: int = 0, size: int | None = None) -> int:
     """Txattrcreate and Twrite of ``value``; returns the xattr fid, still to be clunked."""
     fid = file_fid(place)
-    place.session.rpc("Txattrcreate", fid=fid, name=name, attr_size=len(value) if size is None else size, flags=flags)
+    place.session.rpc(Txattrcreate(fid=fid, name=name, attr_size=len(value) if size is None else size, flags=flags))
     if value:
-        assert place.session.write(fid, 0, value) == len(value)
+        assert place.session.write(fid, 0, value).count == len(value)
     return fid
 
 
@@ -38,11 +39,11 @@ def test_xattr_list(place: Place) -> None:
     p9 = place.session
     fid = file_fid(place)
     fields = {"mode": 0, "size": 0, "atime_sec": 0, "atime_nsec": 0, "mtime_sec": 0, "mtime_nsec": 0}
-    p9.rpc("Tsetattr", fid=fid, valid=0x2 | 0x4, uid=1000, gid=1000, **fields)  # QEMU stores them as xattrs
+    p9.rpc(Tsetattr(fid=fid, valid=0x2 | 0x4, uid=1000, gid=1000, **fields))  # QEMU stores them as xattrs
     assert "user.virtfs.uid" in os.listxattr(place.host_path("f"))
     listing = p9.new_fid()
-    size = p9.rpc("Txattrwalk", fid=fid, newfid=listing, name="").size
-    data = p9.read(listing, 0, 4096)
+    size = p9.rpc(Txattrwalk(fid=fid, newfid=listing, name="")).size
+    data = p9.read(listing, 0, 4096).data
     assert len(data) == size and data.split(b"\0")[:-1] == [b"user.color"]
     for f in (listing, fid):
         p9.clunk(f)
@@ -54,11 +55,11 @@ def test_xattr_get(place: Place) -> None:
     p9 = place.session
     fid = file_fid(place)
     value = p9.new_fid()
-    assert p9.rpc("Txattrwalk", fid=fid, newfid=value, name="user.color").size == 4
-    assert p9.read(value, 0, 100) == b"blue"
+    assert p9.rpc(Txattrwalk(fid=fid, newfid=value, name="user.color")).size == 4
+    assert p9.read(value, 0, 100).data == b"blue"
     for hidden in ("user.nope", "user.virtfs.mode"):
         with expect_rlerror(errno.ENODATA):
-            p9.rpc("Txattrwalk", fid=fid, newfid=p9.new_fid(), name=hidden)
+            p9.rpc(Txattrwalk(fid=fid, newfid=p9.new_fid(), name=hidden))
     for f in (value, fid):
         p9.clunk(f)
 
@@ -98,7 +99,7 @@ def test_xattr_too_big(place: Place) -> None:
     p9 = place.session
     fid = file_fid(place)
     with expect_rlerror(errno.E2BIG):
-        p9.rpc("Txattrcreate", fid=fid, name="user.big", attr_size=65537, flags=0)
+        p9.rpc(Txattrcreate(fid=fid, name="user.big", attr_size=65537, flags=0))
     assert "user.big" not in os.listxattr(place.host_path("f"))
     p9.clunk(fid)
 
@@ -119,7 +120,7 @@ def test_xattr_wild_offset(place: Place) -> None:
     fid = create(place, "user.wild", b"", size=10)
     with expect_rlerror(errno.ENOSPC):
         p9.write(fid, 100, b"abc")
-    assert p9.write(fid, 8, b"abcdef") == 2
+    assert p9.write(fid, 8, b"abcdef").count == 2
     with expect_rlerror(errno.EINVAL):  # still only 2 of 10 bytes
         p9.clunk(fid)
 

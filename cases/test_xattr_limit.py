@@ -9,6 +9,7 @@ import pytest
 from fixtures.place import Place
 from fixtures.qos import qos
 from harness.errors import P9Rlerror
+from harness.p9.messages import Txattrwalk
 from harness.p9.session import Session
 
 LIMIT = 100
@@ -20,7 +21,7 @@ def open_xattr_fids(p9: Session, fid: int, count: int) -> list[int]:
     for _ in range(count):
         newfid = p9.new_fid()
         try:
-            p9.rpc("Txattrwalk", fid=fid, newfid=newfid, name="")
+            p9.rpc(Txattrwalk(fid=fid, newfid=newfid, name=""))
         except P9Rlerror:
             break
         opened.append(newfid)

@@ -30,6 +30,7 @@ from harness.errors import HarnessError, ProvisionError
 from harness.machine import FsConfig, LocalFs, MachineConfig, SynthFs
 from harness.p9 import wire
 from harness.p9.connect import Connection, connect
+from harness.p9.messages import Rgetattr, Rreaddir, Tgetattr, Tread, Treaddir, Twrite
 from harness.p9.session import Pending, Session
 from harness.p9.transport import ChainLayout
 from harness.qemu_suite import QEMU_72_CASES, QOS_PREFIX, firmware_wrapper
@@ -83,7 +84,7 @@ class Window:
 
     def __init__(self, session: Session, k: int) -> None:
         self.session, self.k = session, k
-        self.pending: list[Pending] = []
+        self.pending: list[Pending[Rgetattr]] = []
 
     def step(self) -> int:
         with self.session.batch():
@@ -100,8 +101,8 @@ class Window:
         self.pending = waiting
         return finished
 
-    def _send(self) -> Pending:
-        return self.session.send("Tgetattr", fid=0, request_mask=wire.GETATTR_BASIC, layout=INDIRECT)
+    def _send(self) -> Pending[Rgetattr]:
+        return self.session.send(Tgetattr(fid=0, request_mask=wire.GETATTR_BASIC), layout=INDIRECT)
 
     def drain(self) -> None:
         for pending in self.pending:
@@ -192,17 +193,17 @@ def _readdir_runs(conn: Connection, path: list[str], msize: int, count: int, run
     client: list[float] = []
     requests = 0
     for run in range(runs + 2):  # two warm-up listings
-        fid, _ = session.walk(0, path)
+        fid = session.walk_fid(0, path)
         session.lopen(fid, os.O_DIRECTORY)
         offset, listing, listing_server, start = 0, 0, 0.0, time.perf_counter()
         while True:
-            reply = session.send("Treaddir", fid=fid, offset=offset, count=count).wait()
-            entries = reply.message.entries if reply.message is not None else []
+            reply = session.send(Treaddir(fid=fid, offset=offset, count=count)).wait()
+            entries = reply.message.entries if isinstance(reply.message, Rreaddir) else []
             listing_server += reply.server_seconds
             listing += 1
             if not entries:
                 break
-            offset = entries[-1]["offset"]
+            offset = entries[-1].offset
         if run >= 2:  # one sample per whole listing, as the original benchmark timed a directory read
             server.append(listing_server)
             client.append(time.perf_counter() - start)
@@ -264,7 +265,7 @@ def _io_run(io: IoPath, export: Path, size: int, msize: int) -> tuple[Any, ...]:
     session.version(msize)
     session.attach(0)
     chunk = msize - wire.IOHDRSZ
-    fid, _ = session.walk(0, [])
+    fid = session.walk_fid(0, [])
     session.lcreate(fid, f"io-{msize}", os.O_RDWR | os.O_TRUNC, 0o600)
     source = transport.alloc.alloc(PERIOD + chunk) if io.resident else 0
     sink = transport.alloc.alloc(chunk) if io.resident else 0
@@ -296,9 +297,10 @@ def _io_run(io: IoPath, export: Path, size: int, msize: int) -> tuple[Any, ...]:
 def _io_write(io: IoPath, fid: int, offset: int, length: int, source: int) -> float:
     session = io.conn.session
     if io.resident:
-        pending = session.send_resident("Twrite", Buffer(source + offset % PERIOD, length), fid=fid, offset=offset)
+        region = Buffer(source + offset % PERIOD, length)
+        pending = session.send_resident(Twrite(fid=fid, offset=offset, data=b""), region)
     else:
-        pending = session.send("Twrite", fid=fid, offset=offset, data=io.expected(offset, length))
+        pending = session.send(Twrite(fid=fid, offset=offset, data=io.expected(offset, length)))
     written = pending.result().count
     if written != length:
         raise HarnessError(f"Twrite of {length} bytes at {offset} wrote {written}")
@@ -308,12 +310,13 @@ def _io_write(io: IoPath, fid: int, offset: int, length: int, source: int) -> fl
 def _io_read(io: IoPath, fid: int, offset: int, length: int, sink: int) -> float:
     session = io.conn.session
     if not io.resident:
-        pending = session.send("Tread", fid=fid, offset=offset, count=length)
+        pending = session.send(Tread(fid=fid, offset=offset, count=length))
         if bytes(pending.result().data) != io.expected(offset, length):
             raise HarnessError(f"Tread of {length} bytes at {offset}: the bytes differ from those written")
         return pending.wait().server_seconds
-    pending = session.send_resident("Tread", Buffer(sink, length), fid=fid, offset=offset)
-    returned = pending.result().count
+    pending = session.send_resident(Tread(fid=fid, offset=offset, count=length), Buffer(sink, length))
+    pending.result()
+    returned = pending.wait().used_len - wire.RREAD_HEADER
     if returned != length:
         raise HarnessError(f"Tread of {length} bytes at {offset} returned {returned}")
     # SAMPLE bytes at a position that moves from reply to reply, and the reply's last SAMPLE bytes

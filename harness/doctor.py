@@ -22,7 +22,7 @@ def _synth_tree(binary: Path, accel: str) -> str:
     """Really look: attach to the synth backend and walk to WALK0 and LOPEN."""
     try:
         with connect(MachineConfig(binary=binary, accel=accel)) as conn:  # type: ignore[arg-type]
-            fid, _ = conn.session.walk(0, ["LOPEN"])
+            fid = conn.session.walk_fid(0, ["LOPEN"])
             conn.session.clunk(fid)
             conn.session.clunk(0)
         return "yes (walked to LOPEN)"

@@ -23,11 +23,11 @@ from harness.errors import HarnessError
 from harness.p9 import wire
 from harness.p9.session import Session
 
-REQUESTS = sorted(m.name for m in wire.TABLE if m.is_request)
+REQUESTS = sorted(m.NAME for m in wire.table() if issubclass(m, wire.TMessage))
 
 
 def fields_of(name: str) -> list[str]:
-    return [sub.name for sub in wire.BY_NAME[name].body.subcons if sub.name]
+    return list(wire.lookup(name).field_names())
 
 
 class Repl(cmd.Cmd):
@@ -41,17 +41,20 @@ class Repl(cmd.Cmd):
     def default(self, line: str) -> None:
         words = line.split(maxsplit=1)
         name = words[0]
-        if name not in wire.BY_NAME or not wire.BY_NAME[name].is_request:
+        if name not in REQUESTS:
             print(f"unknown message {name!r}; one of: {' '.join(REQUESTS)}")
             return
         try:
             fields = self._parse(words[1] if len(words) > 1 else "")
+            tag = fields.pop("tag", None)
             missing = set(fields_of(name)) - set(fields)
             if missing:
                 print(f"{name} needs {', '.join(sorted(missing))}")
                 return
-            self._show(self.session.send(name, **fields).wait())
-        except (HarnessError, ValueError, SyntaxError) as err:
+            request = wire.lookup(name)(**fields)
+            assert isinstance(request, wire.TMessage)
+            self._show(self.session.send(request, tag=tag).wait())
+        except (HarnessError, ValueError, SyntaxError, TypeError) as err:
             print(f"error: {err}")
 
     @staticmethod
@@ -93,7 +96,7 @@ class Repl(cmd.Cmd):
 
     def completedefault(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
         name = line.split()[0]
-        if name not in wire.BY_NAME:
+        if name not in REQUESTS:
             return []
         given = {word.split("=")[0] for word in line.split()[1:]}
         return [f"{f}=" for f in [*fields_of(name), "tag"] if f.startswith(text) and f not in given]

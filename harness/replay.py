@@ -6,11 +6,13 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from harness import provision
 from harness.machine import FsConfig, LocalFs, MachineConfig, SynthFs
 from harness.p9 import wire
 from harness.p9.connect import connect
+from harness.p9.messages import Rlerror
 from harness.p9.session import Pending, Reply
 from harness.p9.trace import Step, read_reproducer
 
@@ -28,7 +30,7 @@ def _shown(reply: Reply | bytes) -> str:
 def _differs(step: Step, reply: Reply) -> str | None:
     if step.expected_errno is not None:
         message = reply.message
-        if message is not None and message.name == "Rlerror" and message.ecode == step.expected_errno:
+        if isinstance(message, Rlerror) and message.ecode == step.expected_errno:
             return None
         return f"expected {wire.describe_rlerror(step.expected_errno)}, got {_shown(reply)}"
     if step.reply is not None and reply.frame != step.reply:
@@ -57,7 +59,7 @@ def _replay(path: Path, steps: list[Step], config: MachineConfig, timeout: float
     if fs.kind == "local":
         print("note: host files the case made outside 9P are not in the reproducer; the export starts empty")
     with connect(config, msize=None) as conn:
-        deferred: list[tuple[int, Step, Pending]] = []
+        deferred: list[tuple[int, Step, Pending[Any]]] = []
         for index, step in enumerate(steps, start=1):
             pending = conn.session.send_raw(step.request)
             if not step.in_line:

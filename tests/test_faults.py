@@ -19,6 +19,7 @@ from fixtures.devices import QemuUnderTest
 from fixtures.pool import MachinePool
 from harness.errors import QEMUError, QEMUExited, QEMUStartError
 from harness.machine import LocalFs, Machine, MachineConfig
+from harness.p9.messages import Tattach, Twrite
 from harness.p9.session import Session
 from harness.p9.transport import VirtioTransport
 from tests.subrun import run_pytest
@@ -34,7 +35,8 @@ def test_killed_qemu_is_reported_with_status_and_stderr(qemu_under_test: QemuUnd
     with Machine(config(qemu_under_test)) as machine:
         session = Session(VirtioTransport(machine))
         session.version()
-        root, _ = session.attach()
+        root = session.new_fid()
+        session.attach(root)
         assert machine.pid is not None
         os.kill(machine.pid, signal.SIGKILL)
         with pytest.raises(QEMUExited) as info:
@@ -51,9 +53,9 @@ def test_killed_while_a_request_is_in_flight(qemu_under_test: QemuUnderTest) -> 
         session = Session(VirtioTransport(machine))
         session.version()
         session.attach(0)
-        fid, _ = session.walk(0, ["FLUSH"])
+        fid = session.walk_fid(0, ["FLUSH"])
         session.lopen(fid, 1)
-        blocked = session.send("Twrite", fid=fid, offset=0, data=b"\x01")  # blocks in the server
+        blocked = session.send(Twrite(fid=fid, offset=0, data=b"\x01"))  # blocks in the server
         assert machine.pid is not None
         os.kill(machine.pid, signal.SIGKILL)
         with pytest.raises(QEMUExited, match=r"killed by SIGKILL \(-9\)") as info:
@@ -139,7 +141,7 @@ def test_stopped_qemu_times_out_naming_the_request_and_is_cleaned_up(qemu_under_
         os.kill(machine.pid, signal.SIGSTOP)
         start = time.monotonic()
         with pytest.raises(QEMUError, match="still running but does not answer") as info:
-            session.rpc("Tattach", fid=0, afid=0xFFFFFFFF, uname="", aname="", n_uname=0)
+            session.rpc(Tattach(fid=0, afid=0xFFFFFFFF, uname="", aname="", n_uname=0))
         assert time.monotonic() - start < 5
         assert any("Tattach(fid=0" in note for note in info.value.__notes__), "the error must name the request"
     finally:
@@ -261,7 +263,7 @@ KILLER = textwrap.dedent(
 
     @qos("fault/after", backends=["synth"])
     def test_b_after(attached, device):
-        assert attached.getattr(0).qid["type"] == 0x80
+        assert attached.getattr(0).qid.type == 0x80
     """
 )
 
@@ -294,19 +296,20 @@ def test_blocked_request_does_not_poison_the_next_case(tmp_path: Path, qemu_unde
         """
         import pytest
         from harness.errors import P9Timeout
+        from harness.p9.messages import Twrite
         from fixtures.qos import qos
 
         @qos("fault/blocked", backends=["synth"])
         def test_a_blocked(attached):
-            fid, _ = attached.walk(0, ["FLUSH"])
+            fid = attached.walk_fid(0, ["FLUSH"])
             attached.lopen(fid, 1)
             with pytest.raises(P9Timeout, match=r"Twrite\\(fid=1, offset=0, data=b'\\\\x01'\\)"):
-                attached.send("Twrite", fid=fid, offset=0, data=b"\\x01").result(timeout=0.2)
+                attached.send(Twrite(fid=fid, offset=0, data=b"\\x01")).result(timeout=0.2)
             assert False, "leave the request in flight"
 
         @qos("fault/next", backends=["synth"])
         def test_b_next(attached):
-            assert attached.getattr(0).qid["type"] == 0x80
+            assert attached.getattr(0).qid.type == 0x80
         """
     )
     proc = run_pytest(tmp_path, qemu_under_test, "--p9-timeout", "2", source=source)

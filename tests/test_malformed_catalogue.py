@@ -8,11 +8,9 @@ from harness.p9 import malformed, wire
 def test_every_request_gets_size_and_cut_entries() -> None:
     names = {entry.name for entry in malformed.catalogue()}
     assert len(names) == len(malformed.catalogue())
-    for defn in wire.TABLE:
-        if defn.is_request:
-            assert {f"{defn.name}/size_smaller", f"{defn.name}/size_larger"} <= names
-            fields = [sub.name for sub in defn.body.subcons if sub.name]
-            assert {f"{defn.name}/cut_before_{field}" for field in fields} <= names
+    for defn in wire.requests():
+        assert {f"{defn.NAME}/size_smaller", f"{defn.NAME}/size_larger"} <= names
+        assert {f"{defn.NAME}/cut_before_{field}" for field in defn.field_names()} <= names
 
 
 def test_entries_are_broken_in_the_way_they_say() -> None:
@@ -24,8 +22,8 @@ def test_entries_are_broken_in_the_way_they_say() -> None:
             assert size == len(entry.frame) + 1
         elif "/cut_before_" in entry.name:
             assert size == len(entry.frame)
-            defn = wire.BY_NAME[entry.name.split("/")[0]]
-            full = wire.encode(defn.name, 1, **malformed.example_fields(defn))
+            defn = wire.lookup(entry.name.split("/")[0])
+            full = wire.encode_fields(defn, 1, malformed.example_fields(defn))
             assert len(entry.frame) < len(full) and entry.frame[4:] == full[4 : len(entry.frame)]
         elif entry.name.startswith("type/"):
             assert kind not in wire.BY_TYPE

@@ -25,15 +25,15 @@ CASES = textwrap.dedent(
 
     @qos("tools/walks", backends=["synth"])
     def test_a_walks(attached):
-        fid, _ = attached.walk(0, ["WALK0"])
+        fid = attached.walk_fid(0, ["WALK0"])
         attached.clunk(fid)
         with expect_rlerror(errno.ENOENT):
-            attached.walk(0, ["nope"])
+            attached.walk(0, ["nope"], 2)
 
     @qos("tools/deliberately_wrong", backends=["synth"])
     def test_b_deliberately_wrong(attached):
         with expect_rlerror(errno.ENOENT):  # WALK0 exists: this case fails on purpose
-            attached.walk(0, ["WALK0"])
+            attached.walk(0, ["WALK0"], 1)
     """
 )
 

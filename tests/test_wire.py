@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -9,31 +10,74 @@ from construct import FocusedSeq, FormatField, Prefixed, Struct
 
 from harness.errors import P9ProtocolError
 from harness.p9 import wire
+from harness.p9.messages import (
+    Dirent,
+    Qid,
+    Rattach,
+    Rlerror,
+    Rread,
+    Rreaddir,
+    Rversion,
+    Tattach,
+    Tgetattr,
+    Tread,
+    Tversion,
+    Twalk,
+    Twrite,
+)
+
+TABLE = wire.table()
 
 
 def test_table_has_unique_types_and_names() -> None:
-    assert len({m.type for m in wire.TABLE}) == len(wire.TABLE)
-    assert len({m.name for m in wire.TABLE}) == len(wire.TABLE)
+    assert len({m.TYPE for m in TABLE}) == len(TABLE) == len({m.NAME for m in TABLE})
+    assert [m.TYPE for m in TABLE] == sorted(m.TYPE for m in TABLE)
 
 
 def test_every_request_has_its_reply() -> None:
-    for message in wire.TABLE:
-        if message.is_request:
-            reply = wire.reply_type(message)
-            assert reply.name == "R" + message.name[1:], message.name
-            assert message.type % 2 == 0
+    for message in wire.requests():
+        reply = message.reply_class()
+        assert "R" + message.NAME[1:] == reply.NAME, message.NAME
+        assert message.TYPE % 2 == 0
 
 
 def test_every_reply_except_errors_answers_a_request() -> None:
-    for message in wire.TABLE:
-        if not message.is_request and message.name not in ("Rlerror", "Rerror"):
-            assert wire.BY_TYPE[message.type - 1].name == "T" + message.name[1:]
+    for message in TABLE:
+        if issubclass(message, wire.RMessage) and message.NAME not in ("Rlerror", "Rerror"):
+            assert "T" + message.NAME[1:] == wire.BY_TYPE[message.TYPE - 1].NAME
+
+
+def test_the_registry_refuses_a_second_declaration() -> None:
+    with pytest.raises(TypeError, match="declared twice"):
+
+        @wire.message(110)
+        @dataclasses.dataclass(frozen=True)
+        class Twalk2(wire.TMessage[Rattach]):
+            fid: wire.U32
+
+    with pytest.raises(TypeError, match="requests are TMessage"):
+
+        @wire.message(250)
+        @dataclasses.dataclass(frozen=True)
+        class Tbogus(wire.RMessage):
+            fid: wire.U32
+
+    assert 250 not in wire.BY_TYPE and "Twalk2" not in wire.BY_NAME
+
+
+def test_a_field_without_a_wire_layout_is_refused() -> None:
+    with pytest.raises(TypeError, match="carries no wire layout"):
+
+        @wire.message(252)
+        @dataclasses.dataclass(frozen=True)
+        class Rplain(wire.RMessage):
+            count: int
 
 
 def sample(con: Any, seed: int) -> Any:
     """A value for any construct used in the table, different per seed."""
     kind = type(con).__name__
-    if isinstance(con, wire._Str):
+    if isinstance(con, wire.StringCodec):
         return f"name-{seed}-ü"
     if isinstance(con, Struct):
         return {sc.name: sample(sc, seed + i) for i, sc in enumerate(con.subcons) if sc.name}
@@ -52,55 +96,64 @@ def sample(con: Any, seed: int) -> Any:
     raise TypeError(f"no sample for {con!r}")
 
 
-@pytest.mark.parametrize("message", wire.TABLE, ids=lambda m: m.name)
-def test_round_trip(message: wire.MessageDef) -> None:
-    fields = sample(message.body, message.type)
-    frame = wire.encode(message.name, 0x1234, **fields)
-    assert int.from_bytes(frame[:4], "little") == len(frame)
-    assert frame[4] == message.type
+@pytest.mark.parametrize("message", TABLE, ids=lambda m: m.NAME)
+def test_round_trip(message: type[wire.Message]) -> None:
+    fields = sample(message.codec(), message.TYPE)
+    frame = wire.encode_fields(message, 0x1234, fields)
+    assert wire.peek_header(frame) == (len(frame), message.TYPE, 0x1234)
     decoded = wire.decode(frame)
-    assert (decoded.name, decoded.tag) == (message.name, 0x1234)
-    assert decoded.fields == fields
-    assert wire.encode(message.name, 0x1234, **decoded.fields) == frame
+    assert type(decoded) is message
+    assert wire.encode(decoded, 0x1234) == frame
+    assert decoded == wire.decode(wire.encode(decoded, 0x1234))
 
 
-@pytest.mark.parametrize("message", wire.TABLE, ids=lambda m: m.name)
-def test_compiled_codec_agrees_with_the_declared_frame(message: wire.MessageDef) -> None:
-    fields = sample(message.body, message.type + 1)
-    frame = wire.encode(message.name, 7, **fields)
-    assert frame == wire.FRAME.build({"type": message.type, "tag": 7, "body": fields})
-    declared = wire._WHOLE_FRAME.parse(frame)
-    assert (declared.tag, declared.body) == (7, wire.decode(frame).fields)
+@pytest.mark.parametrize("message", TABLE, ids=lambda m: m.NAME)
+def test_compiled_codec_agrees_with_the_declared_body(message: type[wire.Message]) -> None:
+    fields = sample(message.codec(), message.TYPE + 1)
+    frame = wire.encode_fields(message, 7, fields)
+    assert frame[wire.HEADER_SIZE :] == message.codec().build(fields)  # construct, interpreted
+    assert message.codec().parse(frame[wire.HEADER_SIZE :]) == wire.decode(frame).to_fields() == fields
 
 
-GOLDEN = [
-    ("1500000064ffff0020000008003950323030302e4c", "Tversion", wire.NOTAG, {"msize": 8192, "version": "9P2000.L"}),
-    ("1500000065ffff0020000008003950323030302e4c", "Rversion", wire.NOTAG, {"msize": 8192, "version": "9P2000.L"}),
-    ("1700000068000000000000ffffffff0000000000000000", "Tattach", 0,
-     {"fid": 0, "afid": wire.NOFID, "uname": "", "aname": "", "n_uname": 0}),
-    ("1400000069000080000000000000000000000000", "Rattach", 0, {"qid": {"type": 0x80, "version": 0, "path": 0}}),
-    ("1300000018000000000000ff3f000000000000", "Tgetattr", 0, {"fid": 0, "request_mask": 0x3FFF}),
+def test_records_are_typed() -> None:
+    reply = wire.decode(wire.encode(Rreaddir(entries=[Dirent(Qid(0x80, 1, 2), 9, 4, "d")]), 1))
+    assert isinstance(reply, Rreaddir)
+    (entry,) = reply.entries
+    assert isinstance(entry, Dirent) and isinstance(entry.qid, Qid)
+    assert (entry.qid.type, entry.qid.version, entry.qid.path, entry.offset, entry.name) == (0x80, 1, 2, 9, "d")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        entry.qid.path = 3  # type: ignore[misc]
+
+
+GOLDEN: list[tuple[str, int, wire.Message]] = [
+    ("1500000064ffff0020000008003950323030302e4c", wire.NOTAG, Tversion(msize=8192, version="9P2000.L")),
+    ("1500000065ffff0020000008003950323030302e4c", wire.NOTAG, Rversion(msize=8192, version="9P2000.L")),
+    ("1700000068000000000000ffffffff0000000000000000", 0,
+     Tattach(fid=0, afid=wire.NOFID, uname="", aname="", n_uname=0)),
+    ("1400000069000080000000000000000000000000", 0, Rattach(qid=Qid(type=0x80, version=0, path=0))),
+    ("1300000018000000000000ff3f000000000000", 0, Tgetattr(fid=0, request_mask=0x3FFF)),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("hexframe", "name", "tag", "fields"), GOLDEN, ids=[g[1] for g in GOLDEN])
-def test_golden_frames_from_qemu(hexframe: str, name: str, tag: int, fields: dict[str, Any]) -> None:
+@pytest.mark.parametrize(("hexframe", "tag", "message"), GOLDEN, ids=[g[2].NAME for g in GOLDEN])
+def test_golden_frames_from_qemu(hexframe: str, tag: int, message: wire.Message) -> None:
     frame = bytes.fromhex(hexframe)
-    assert wire.encode(name, tag, **fields) == frame
-    decoded = wire.decode(frame)
-    assert (decoded.name, decoded.tag, dict(decoded.fields)) == (name, tag, fields)
+    assert wire.encode(message, tag) == frame
+    assert wire.decode(frame) == message
+    assert wire.peek_header(frame)[2] == tag
 
 
 def test_rlerror_prints_errno_name() -> None:
-    assert str(wire.decode(wire.encode("Rlerror", 1, ecode=2))) == "Rlerror ENOENT (2)"
+    assert str(wire.decode(wire.encode(Rlerror(ecode=2), 1))) == "Rlerror ENOENT (2)"
+    assert wire.errno_name(2) == "ENOENT" and wire.errno_name(4095) == "4095"
 
 
 def test_message_prints_like_a_call() -> None:
-    msg = wire.decode(wire.encode("Twalk", 3, fid=1, newfid=2, wnames=["a"]))
+    msg = wire.decode(wire.encode(Twalk(fid=1, newfid=2, wnames=["a"]), 3))
     assert str(msg) == "Twalk(fid=1, newfid=2, wnames=['a'])"
 
 
-GOOD = wire.encode("Tgetattr", 0, fid=0, request_mask=0x3FFF)
+GOOD = wire.encode(Tgetattr(fid=0, request_mask=0x3FFF), 0)
 
 
 @pytest.mark.parametrize(
@@ -112,7 +165,7 @@ GOOD = wire.encode("Tgetattr", 0, fid=0, request_mask=0x3FFF)
         pytest.param(wire.truncated(GOOD, 12), id="truncated-body"),
         pytest.param(GOOD + b"\0", id="trailing-byte"),
         pytest.param(wire.with_type(GOOD, 250), id="unknown-type"),
-        pytest.param(wire.encode("Twalk", 0, fid=1, newfid=2, wnames=["abc"])[:-1] + b"", id="string-past-end"),
+        pytest.param(wire.encode(Twalk(fid=1, newfid=2, wnames=["abc"]), 0)[:-1], id="string-past-end"),
     ],
 )
 def test_malformed_frames_raise_protocol_error(frame: bytes) -> None:
@@ -121,8 +174,7 @@ def test_malformed_frames_raise_protocol_error(frame: bytes) -> None:
 
 
 def test_readdir_entries_must_fill_count_exactly() -> None:
-    entry = {"qid": {"type": 0, "version": 0, "path": 1}, "offset": 1, "type": 0, "name": "a"}
-    frame = wire.encode("Rreaddir", 0, entries=[entry])
+    frame = wire.encode(Rreaddir(entries=[Dirent(Qid(0, 0, 1), 1, 0, "a")]), 0)
     broken = bytearray(frame)
     broken[7:11] = (int.from_bytes(frame[7:11], "little") - 1).to_bytes(4, "little")  # count one short
     with pytest.raises(P9ProtocolError):
@@ -130,30 +182,36 @@ def test_readdir_entries_must_fill_count_exactly() -> None:
 
 
 def test_non_utf8_names_round_trip() -> None:
-    frame = wire.encode("Twalk", 0, fid=0, newfid=1, wnames=[b"\xff\xfe".decode("utf-8", "surrogateescape")])
+    frame = wire.encode(Twalk(fid=0, newfid=1, wnames=[b"\xff\xfe".decode("utf-8", "surrogateescape")]), 0)
     assert frame.endswith(b"\x02\x00\xff\xfe")
-    assert wire.encode("Twalk", 0, **wire.decode(frame).fields) == frame
+    assert wire.encode(wire.decode(frame), 0) == frame
 
 
 def test_unknown_message_name_is_refused() -> None:
     with pytest.raises(P9ProtocolError):
-        wire.encode("Tnothing", 0)
+        wire.lookup("Tnothing")
+    with pytest.raises(P9ProtocolError, match="not a request"):
+        wire.request("Rwalk")
+
+
+def test_a_field_out_of_range_is_a_protocol_error() -> None:
+    with pytest.raises(P9ProtocolError, match="cannot encode Tgetattr"):
+        wire.encode(Tgetattr(fid=1 << 32, request_mask=0), 0)
 
 
 @pytest.mark.parametrize("length", [0, 1, 8000, 4186088])
 def test_encode_head_is_the_frame_without_its_data(length: int) -> None:
     data = bytes(range(256)) * (length // 256) + bytes(length % 256)
-    head = wire.encode_head("Twrite", 3, length, fid=1, offset=2)
-    assert head + data == wire.encode("Twrite", 3, fid=1, offset=2, data=data)
-    with pytest.raises(P9ProtocolError, match="does not end in a data field"):
-        wire.encode_head("Tread", 3, length, fid=1, offset=2, count=4)
+    head = wire.encode_head(Twrite(fid=1, offset=2, data=b""), 3, length)
+    assert head + data == wire.encode(Twrite(fid=1, offset=2, data=data), 3)
+    with pytest.raises(P9ProtocolError, match="not a Twrite with its data left out"):
+        wire.encode_head(Tread(fid=1, offset=2, count=4), 3, length)
 
 
 def test_decode_head_checks_size_and_count() -> None:
-    frame = wire.encode("Rread", 5, data=b"x" * 100)
-    message = wire.decode_head(frame[: wire.RREAD_HEADER], len(frame))
-    assert (message.name, message.tag, message.count) == ("Rread", 5, 100)
+    frame = wire.encode(Rread(data=b"x" * 100), 5)
+    assert wire.decode_head(frame[: wire.RREAD_HEADER], len(frame)) == Rread(data=b"")
     with pytest.raises(P9ProtocolError, match="bytes were used"):
         wire.decode_head(frame[: wire.RREAD_HEADER], len(frame) - 1)
-    error = wire.encode("Rlerror", 5, ecode=5)
-    assert wire.decode_head(error, len(error)).ecode == 5
+    error = wire.encode(Rlerror(ecode=5), 5)
+    assert wire.decode_head(error, len(error)) == Rlerror(ecode=5)

@@ -24,6 +24,7 @@ from construct import Construct
 
 from harness.errors import DeviceNeedsReset, HarnessError, P9Timeout, QEMUExited, describe_status
 from harness.p9 import wire
+from harness.p9.messages import Rlerror, Tflush, Twalk, Twrite
 from harness.p9.session import Pending, Session
 
 #: Where recorded outcomes live, one mapping per QEMU version.
@@ -57,15 +58,15 @@ class Malformed:
         return self.make()
 
 
-def example_fields(message: wire.MessageDef) -> dict[str, Any]:
+def example_fields(message: type[wire.Message]) -> dict[str, Any]:
     """Plausible fields: fids on the attached root, a fresh newfid, short names."""
     fields: dict[str, Any] = {}
-    for sub in message.body.subcons:
+    for sub in message.codec().subcons:
         if not sub.name:
             continue
-        if isinstance(sub.subcon, wire._Str):
+        if isinstance(sub.subcon, wire.StringCodec):
             fields[sub.name] = "name"
-        elif sub.name == "fid" and message.name in NEEDS_OPEN:
+        elif sub.name == "fid" and message.NAME in NEEDS_OPEN:
             fields[sub.name] = OPEN_FID
         elif sub.name in ("fid", "dfid", "dirfd", "olddirfid", "newdirfid", "afid"):
             fields[sub.name] = ROOT_FID
@@ -97,19 +98,19 @@ def field_boundaries(body: Construct, fields: dict[str, Any]) -> list[tuple[str,
 
 @functools.cache
 def _frame(name: str, tag: int = 1, **overrides: Any) -> bytes:
-    defn = wire.BY_NAME[name]
-    return wire.encode(name, tag, **{**example_fields(defn), **overrides})
+    defn = wire.lookup(name)
+    return wire.encode_fields(defn, tag, {**example_fields(defn), **overrides})
 
 
-def _per_message(defn: wire.MessageDef) -> Iterator[Malformed]:
-    name = defn.name
+def _per_message(defn: type[wire.Message]) -> Iterator[Malformed]:
+    name = defn.NAME
     yield Malformed(f"{name}/size_smaller", "size field one less than the frame", partial(_resized, name, -1))
     yield Malformed(f"{name}/size_larger", "size field one more than the frame", partial(_resized, name, +1))
-    boundaries = field_boundaries(defn.body, example_fields(defn))
+    boundaries = field_boundaries(defn.codec(), example_fields(defn))
     for field_name, offset in boundaries:
         yield Malformed(f"{name}/cut_before_{field_name}", f"body ends where {field_name} would start",
                         partial(_cut, name, wire.HEADER_SIZE + offset))  # fmt: skip
-    strings = [(f, o) for f, o in boundaries if isinstance(_sub(defn, f), wire._Str)]
+    strings = [(f, o) for f, o in boundaries if isinstance(_sub(defn, f), wire.StringCodec)]
     if strings:
         field_name, offset = strings[0]
         yield Malformed(f"{name}/string_past_end", f"{field_name}'s length runs past the end of the frame",
@@ -130,8 +131,8 @@ def _string_past_end(name: str, at: int) -> bytes:
     return good[:at] + (0xFFF0).to_bytes(2, "little") + good[at + 2 :]
 
 
-def _sub(defn: wire.MessageDef, name: str) -> Construct:
-    return next(sub.subcon for sub in defn.body.subcons if sub.name == name)
+def _sub(defn: type[wire.Message], name: str) -> Construct:
+    return next(sub.subcon for sub in defn.codec().subcons if sub.name == name)
 
 
 def _unknown_type(number: int) -> Malformed:
@@ -146,14 +147,13 @@ def _with_type(number: int) -> bytes:
 def catalogue() -> list[Malformed]:
     """Every entry, in a stable order."""
     entries: list[Malformed] = []
-    for defn in wire.TABLE:
-        if defn.is_request:
-            entries += _per_message(defn)
+    for defn in wire.requests():
+        entries += _per_message(defn)
     entries += [_unknown_type(number) for number in UNKNOWN_TYPES]
     entries += [
         Malformed("Twalk/nwname_17_with_16_names", "nwname says 17, 16 names follow", _walk_17_with_16_names),
         Malformed("Twalk/nwname_65535", "nwname 65535 and no names",
-                  lambda: wire.encode("Twalk", 1, fid=ROOT_FID, newfid=100, wnames=[])[:-2] + b"\xff\xff"),
+                  lambda: wire.encode(Twalk(fid=ROOT_FID, newfid=100, wnames=[]), 1)[:-2] + b"\xff\xff"),
         Malformed("Tversion/real_tag", "Tversion with tag 1 instead of NOTAG",
                   lambda: _frame("Tversion", tag=1, version="9P2000.L"), state="new"),
         Malformed("order/attach_before_version", "Tattach before any Tversion",
@@ -173,18 +173,18 @@ def _walk_17_with_16_names() -> bytes:
     return walk[:15] + (17).to_bytes(2, "little") + walk[17:]
 
 
-def prepare(session: Session, entry: Malformed) -> Pending | None:
+def prepare(session: Session, entry: Malformed) -> Pending[Any] | None:
     """Bring a fresh session to the entry's state; start its blocker. Returns the blocker."""
     if entry.state in ("versioned", "attached"):
         session.version()
     if entry.state == "attached":
         session.attach(ROOT_FID)
-        session.walk(ROOT_FID, [], newfid=OPEN_FID)
+        session.walk(ROOT_FID, [], OPEN_FID)
         session.lopen(OPEN_FID, 0o200000)  # O_DIRECTORY
     if entry.blocker:  # synth FLUSH: blocks until flushed
-        fid, _ = session.walk(ROOT_FID, ["FLUSH"])
+        fid = session.walk_fid(ROOT_FID, ["FLUSH"])
         session.lopen(fid, 1)
-        return session.send("Twrite", tag=7, fid=fid, offset=0, data=b"\x01")
+        return session.send(Twrite(fid=fid, offset=0, data=b"\x01"), tag=7)
     return None
 
 
@@ -200,15 +200,9 @@ def run(session: Session, entry: Malformed, timeout: float = 1.0) -> str:
         return f"died: {describe_status(err.status or 0)}"
     if reply.message is None:
         return "empty"
-    if reply.message.name == "Rlerror":
-        return f"Rlerror {_errno_name(reply.message.ecode)}"
-    return str(reply.message.name)
-
-
-def _errno_name(code: int) -> str:
-    import errno
-
-    return errno.errorcode.get(code, str(code))
+    if isinstance(reply.message, Rlerror):
+        return f"Rlerror {wire.errno_name(reply.message.ecode)}"
+    return reply.message.NAME
 
 
 def as_seen_on(transport: str, outcome: str) -> str:
@@ -231,10 +225,10 @@ def record(version: str, outcomes: dict[str, str]) -> None:
     RECORDED.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
-def cleanup(session: Session, blocker: Pending | None, outcome: str) -> None:
+def cleanup(session: Session, blocker: Pending[Any] | None, outcome: str) -> None:
     """Free what the entry left in flight, when the device can still take a Tflush."""
     if blocker is not None and outcome not in ("needs-reset", "no-reply") and not outcome.startswith("died"):
-        session.send("Tflush", oldtag=7).wait()
+        session.send(Tflush(oldtag=7)).wait()
         blocker.wait()
 
 

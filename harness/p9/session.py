@@ -3,6 +3,8 @@
 ``send()`` returns a :class:`Pending`; ``Pending.result()`` waits for the reply; ``rpc()`` does
 both.  An Rlerror becomes :class:`P9Rlerror`, which prints as
 ``Twalk(fid=1, newfid=2, wnames=['a']) -> Rlerror ENOENT (2)``.  ``send_raw()`` sends any bytes.
+``session.rpc(Twalk(fid=0, newfid=1, wnames=["a"]))`` is an :class:`Rwalk` to mypy; the
+wrappers (``walk``, ``getattr``, ...) are shorthands that return their reply the same way.
 
 States: new → versioned (Tversion answered) → attached (a Tattach answered) → closed.  Fids are
 tracked from the replies (attach, complete walk, xattrwalk add; clunk and remove drop, even on
@@ -18,12 +20,51 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol
 
 from harness.errors import HarnessError, LeakError, P9ProtocolError, P9Rlerror, P9StateError, P9Timeout
 from harness.p9 import wire
-from harness.p9.trace import Record, format_records
+from harness.p9.messages import (
+    Rattach,
+    Rclunk,
+    Rerror,
+    Rgetattr,
+    Rlcreate,
+    Rlerror,
+    Rlink,
+    Rlopen,
+    Rmkdir,
+    Rread,
+    Rreaddir,
+    Rreadlink,
+    Rstatfs,
+    Rsymlink,
+    Runlinkat,
+    Rversion,
+    Rwalk,
+    Rwrite,
+    Tattach,
+    Tclunk,
+    Tgetattr,
+    Tlcreate,
+    Tlink,
+    Tlopen,
+    Tmkdir,
+    Tread,
+    Treaddir,
+    Treadlink,
+    Tremove,
+    Tstatfs,
+    Tsymlink,
+    Tunlinkat,
+    Tversion,
+    Twalk,
+    Twrite,
+    Txattrwalk,
+)
+from harness.p9.trace import Direction, Record, format_records
 from harness.p9.transport import SIMPLE, ChainLayout, Completion, Request
+from harness.p9.wire import Message, R, TMessage
 from harness.virtqueue import Buffer
 
 log = logging.getLogger(__name__)
@@ -35,6 +76,8 @@ DEFAULT_TIMEOUT = 10.0
 PREVERSION_REPLY_CAPACITY = 8192
 #: Messages kept for the trace attached to a failing case.
 HISTORY = 256
+#: The tag of a raw frame too short to carry one.
+NO_TAG = -1
 
 
 class FrameTransport(Protocol):
@@ -66,23 +109,26 @@ class Reply:
 
     used_len: int
     frame: bytes
-    message: wire.Message | None  # None when the device returned the buffer empty (a flush)
+    message: Message | None  # None when the device returned the buffer empty (a flush)
     #: Completion order on the used ring (0 = first since the device was brought up).
     order: int
     #: The server's time for this request (see transport.Completion.server_seconds).
     server_seconds: float = 0.0
 
+    @property
+    def tag(self) -> int | None:
+        """The reply frame's tag (None when the buffer came back empty)."""
+        return wire.peek_header(self.frame)[2] if self.used_len >= wire.HEADER_SIZE else None
 
-class Pending:
+
+class Pending(Generic[R]):
     """A request on the ring.  ``result()`` waits for it and checks the reply."""
 
-    def __init__(
-        self, session: Session, request: wire.Message | None, frame: bytes, tag: int | None, handle: Request
-    ) -> None:
+    def __init__(self, session: Session, request: TMessage[R] | None, frame: bytes, tag: int, handle: Request) -> None:
         self.session = session
         self.request = request
         self.frame = frame
-        #: The frame's tag (None for a raw frame shorter than the header).
+        #: The frame's tag (:data:`NO_TAG` for a raw frame shorter than the header).
         self.tag = tag
         self.handle = handle
         self._reply: Reply | None = None
@@ -105,19 +151,21 @@ class Pending:
             self._reply = self.session._complete(self, timeout)
         return self._reply
 
-    def result(self, timeout: float | None = None) -> wire.Message:
+    def result(self, timeout: float | None = None) -> R:
         """The reply message; Rlerror/Rerror raise :class:`P9Rlerror`, anything odd P9ProtocolError."""
         reply = self.wait(timeout)
-        if reply.message is None:
-            raise P9ProtocolError(f"{self.describe()}: device returned the reply buffer empty (used length 0)")
         message = reply.message
-        if message.name == "Rlerror":
+        if message is None:
+            raise P9ProtocolError(f"{self.describe()}: device returned the reply buffer empty (used length 0)")
+        if isinstance(message, Rlerror):
             raise P9Rlerror(self.describe(), message.ecode)
-        if message.name == "Rerror":
+        if isinstance(message, Rerror):
             raise P9Rlerror(self.describe(), message.errno, f"Rerror {message.ename!r} ({message.errno})")
-        if self.request is not None and message.name != wire.reply_type(wire.BY_NAME[self.request.name]).name:
+        if self.request is None:
+            raise P9ProtocolError(f"{self.describe()}: a raw frame has no reply type to check; use wait()")
+        if type(message) is not self.request.reply_class():
             raise P9ProtocolError(f"{self.describe()} answered by {message}")
-        return message
+        return message  # type: ignore[return-value]  # checked just above: the reply class of R
 
 
 class Session:
@@ -129,8 +177,8 @@ class Session:
         self.state = State.NEW
         self.msize = 0
         self.version_string = ""
-        self.fids: set[int] = set()
-        self._tags: dict[int, Pending] = {}
+        self._fids: set[int] = set()
+        self._tags: dict[int, Pending[Any]] = {}
         self._next_fid = 0
         self.history: deque[Record] = deque(maxlen=HISTORY)
 
@@ -140,83 +188,92 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def fids(self) -> frozenset[int]:
+        """The fids the server holds for this session, as its replies said (read-only: the
+        session keeps it in step with attach, walk, xattrwalk, clunk, remove and version)."""
+        return frozenset(self._fids)
+
     # -- sending ----------------------------------------------------------------------------------
 
     def send(
         self,
-        name: str,
+        request: TMessage[R],
         /,
         *,
         tag: int | None = None,
         reply_capacity: int | None = None,
         layout: ChainLayout = SIMPLE,
-        **fields: Any,
-    ) -> Pending:
+    ) -> Pending[R]:
         """Encode and submit one T-message; Tversion gets NOTAG, others the lowest free tag.
 
         ``layout`` lays the request out in descriptors other than the plain two.
         """
-        tag = self._tag_for(name, tag)
-        message = wire.Message(name, tag, fields)
-        return self._submit(message, wire.encode(name, tag, **fields), reply_capacity, layout)
+        tag = self._tag_for(request, tag)
+        return self._submit(request, wire.encode(request, tag), reply_capacity, layout)
 
-    def send_raw(self, frame: bytes, *, reply_capacity: int | None = None, layout: ChainLayout = SIMPLE) -> Pending:
+    def send_raw(
+        self, frame: bytes, *, reply_capacity: int | None = None, layout: ChainLayout = SIMPLE
+    ) -> Pending[Any]:
         """Submit arbitrary bytes as one request (for malformed-input cases)."""
-        request = None
+        request: TMessage[Any] | None = None
         with contextlib.suppress(P9ProtocolError):
-            request = wire.decode(frame)
+            decoded = wire.decode(frame)
+            request = decoded if isinstance(decoded, TMessage) else None
         return self._submit(request, frame, reply_capacity, layout)
 
-    def send_resident(self, name: str, /, region: Buffer, **fields: Any) -> Pending:
-        """A Twrite whose data is already in guest memory at ``region``, or a Tread of
-        ``region.length`` bytes the server writes straight there: the payload never crosses the
-        qtest socket (``bench io``'s data path). The Tread's reply decodes as ``Rread(count=n)``."""
-        tag = self._tag_for(name)
-        shown = {**fields, "data_at": f"{region.addr:#x}", "count": region.length}
-        if name == "Twrite":
-            frame = wire.encode_head(name, tag, region.length, **fields)
-            return self._submit(wire.Message(name, tag, shown), frame, None, SIMPLE, out_tail=region)
-        if name == "Tread":
-            frame = wire.encode(name, tag, count=region.length, **fields)
-            return self._submit(wire.Message(name, tag, shown), frame, wire.RREAD_HEADER, SIMPLE, in_tail=region)
-        raise P9ProtocolError(f"{name} carries no payload to keep in guest memory")
+    def send_resident(self, request: Twrite | Tread, /, region: Buffer) -> Pending[Any]:
+        """A Twrite whose data is already in guest memory at ``region`` (give it ``data=b""``), or
+        a Tread of ``region.length`` bytes the server writes straight there: the payload never
+        crosses the qtest socket (``bench io``'s data path). The Tread's reply decodes as
+        ``Rread(data=b"")``; its used length says how much came."""
+        tag = self._tag_for(request)
+        note = f"{request} with {region.length} bytes resident at {region.addr:#x}"
+        if isinstance(request, Twrite):
+            frame = wire.encode_head(request, tag, region.length)
+            return self._submit(request, frame, None, SIMPLE, note, out_tail=region)
+        if request.count != region.length:
+            raise P9StateError(f"{request}: count must be the region's length, {region.length}")
+        return self._submit(request, wire.encode(request, tag), wire.RREAD_HEADER, SIMPLE, note, in_tail=region)
 
     def batch(self) -> contextlib.AbstractContextManager[None]:
         """``with session.batch(): ...``: the requests sent inside reach QEMU in one socket write."""
         return self.transport.batch()
 
-    def rpc(self, name: str, /, **fields: Any) -> wire.Message:
-        """``send`` then ``result``."""
-        return self.send(name, **fields).result()
+    def rpc(self, request: TMessage[R], /, **options: Any) -> R:
+        """``send`` then ``result``: the typed reply."""
+        return self.send(request, **options).result()
 
     def _submit(
         self,
-        request: wire.Message | None,
+        request: TMessage[R] | None,
         frame: bytes,
         capacity: int | None,
         layout: ChainLayout,
+        note: str = "",
         **tails: Buffer,
-    ) -> Pending:
+    ) -> Pending[R]:
         if capacity is None:
             capacity = self.msize if self.msize >= wire.HEADER_SIZE else PREVERSION_REPLY_CAPACITY
-        tag = wire.peek_header(frame)[2] if len(frame) >= wire.HEADER_SIZE else None
-        self.history.append(Record(time.monotonic(), "-->", tag, frame, request))  # also when sending fails
+        tag = wire.peek_header(frame)[2] if len(frame) >= wire.HEADER_SIZE else NO_TAG
+        self.history.append(Record(time.monotonic(), Direction.SENT, tag, frame, request, note=note))
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("--> tag=%s %s", tag, request or frame.hex())
+            log.debug("--> tag=%s %s", tag, note or request or frame.hex())
         if hexlog.isEnabledFor(logging.DEBUG):
             hexlog.debug("--> %s", frame.hex())
         try:
             handle = self.transport.submit(frame, capacity, layout, **tails)
         except HarnessError as err:
             err.add_note(f"while sending {request or f'raw frame {frame[:32].hex()}'}")
-            self.history.append(Record(time.monotonic(), "-x-", tag, b"", None, note=f"not sent: {type(err).__name__}"))
+            note = f"not sent: {type(err).__name__}"
+            self.history.append(Record(time.monotonic(), Direction.NOT_SENT, tag, b"", None, note=note))
             raise
         pending = Pending(self, request, frame, tag, handle)
-        if pending.tag is not None:
-            self._tags.setdefault(pending.tag, pending)
+        if tag != NO_TAG:
+            self._tags.setdefault(tag, pending)
         return pending
 
-    def _complete(self, pending: Pending, timeout: float | None) -> Reply:
+    def _complete(self, pending: Pending[Any], timeout: float | None) -> Reply:
         limit = self.timeout if timeout is None else timeout
         try:
             completion = self.transport.wait(pending.handle, limit)
@@ -225,7 +282,7 @@ class Session:
             raise
         if completion is None:
             raise P9Timeout(f"no reply within {limit} s to {pending.describe()} (tag {pending.tag})")
-        if pending.tag is not None and self._tags.get(pending.tag) is pending:
+        if self._tags.get(pending.tag) is pending:
             del self._tags[pending.tag]
         frame = completion.reply
         if hexlog.isEnabledFor(logging.DEBUG):
@@ -233,49 +290,51 @@ class Session:
         head = pending.head
         if completion.used_len == 0:
             note = "(reply buffer returned empty)"
-            self.history.append(Record(time.monotonic(), "<--", pending.tag, b"", None, head, 0, note))
+            self.history.append(Record(time.monotonic(), Direction.RECEIVED, pending.tag, b"", None, head, 0, note))
             log.debug("<-- tag=%s (buffer returned empty)", pending.tag)
             return Reply(0, frame, None, completion.order, completion.server_seconds)
+        received = Direction.RECEIVED
         try:
             resident = completion.used_len > len(frame)  # the data went to an in_tail
             message = wire.decode_head(frame, completion.used_len) if resident else wire.decode(frame)
         except P9ProtocolError:
-            self.history.append(Record(time.monotonic(), "<--", pending.tag, frame, None, head, completion.used_len))
+            self.history.append(Record(time.monotonic(), received, pending.tag, frame, None, head, completion.used_len))
             raise
-        self.history.append(Record(time.monotonic(), "<--", message.tag, frame, message, head, completion.used_len))
-        if pending.tag is not None and message.tag != pending.tag:
-            raise P9ProtocolError(f"{pending.describe()} (tag {pending.tag}) answered with tag {message.tag}")
-        log.debug("<-- tag=%d %s", message.tag, message)
+        tag = wire.peek_header(frame)[2]
+        self.history.append(Record(time.monotonic(), received, tag, frame, message, head, completion.used_len))
+        if pending.tag != NO_TAG and tag != pending.tag:
+            raise P9ProtocolError(f"{pending.describe()} (tag {pending.tag}) answered with tag {tag}")
+        log.debug("<-- tag=%d %s", tag, message)
         if pending.request is not None:
             self._track(pending.request, message)
         return Reply(completion.used_len, frame, message, completion.order, completion.server_seconds)
 
-    def _track(self, request: wire.Message, reply: wire.Message) -> None:
+    def _track(self, request: TMessage[Any], reply: Message) -> None:
         """Keep the fid set and the session state in step with what the server did."""
-        ok = reply.name != "Rlerror" and reply.name != "Rerror"
-        match request.name:
-            case "Tversion":
-                self.fids.clear()
-                if ok:
+        ok = not isinstance(reply, Rlerror | Rerror)
+        match request:
+            case Tversion():
+                self._fids.clear()
+                if ok and isinstance(reply, Rversion):
                     self.state, self.msize, self.version_string = State.VERSIONED, reply.msize, reply.version
-            case "Tattach" if ok:
-                self.fids.add(request.fid)
+            case Tattach() if ok:
+                self._fids.add(request.fid)
                 self.state = State.ATTACHED
-            case "Twalk" if ok and len(reply.qids) == len(request.wnames):
-                self.fids.add(request.newfid)
-            case "Txattrwalk" if ok:
-                self.fids.add(request.newfid)
-            case "Tclunk" | "Tremove":
-                self.fids.discard(request.fid)
+            case Twalk() if ok and isinstance(reply, Rwalk) and len(reply.qids) == len(request.wnames):
+                self._fids.add(request.newfid)
+            case Txattrwalk() if ok:
+                self._fids.add(request.newfid)
+            case Tclunk() | Tremove():
+                self._fids.discard(request.fid)
 
-    def _tag_for(self, name: str, tag: int | None = None) -> int:
-        """The tag a new ``name`` request goes out with (Tversion NOTAG, others the lowest free
-        one, unless given); a closed session sends nothing."""
+    def _tag_for(self, request: TMessage[Any], tag: int | None = None) -> int:
+        """The tag a new request goes out with (Tversion NOTAG, others the lowest free one,
+        unless given); a closed session sends nothing."""
         if self.state is State.CLOSED:
-            raise P9StateError(f"{name} on a closed session")
+            raise P9StateError(f"{request.NAME} on a closed session")
         if tag is not None:
             return tag
-        return wire.NOTAG if name == "Tversion" else self._free_tag()
+        return wire.NOTAG if isinstance(request, Tversion) else self._free_tag()
 
     def _free_tag(self) -> int:
         for tag in range(wire.NOTAG):
@@ -285,96 +344,103 @@ class Session:
 
     def new_fid(self) -> int:
         """A fid number this session has not handed out and the server does not hold."""
-        while self._next_fid in self.fids or self._next_fid == wire.NOFID:
+        while self._next_fid in self._fids or self._next_fid == wire.NOFID:
             self._next_fid += 1
         fid, self._next_fid = self._next_fid, self._next_fid + 1
         return fid
 
-    # -- the common messages ----------------------------------------------------------------------
+    def forget(self) -> None:
+        """The device was reset: the server holds none of this session's fids or tags any more."""
+        self._fids.clear()
+        self._tags.clear()
 
-    def version(self, msize: int = DEFAULT_MSIZE, version: str = "9P2000.L") -> wire.Message:
-        return self.rpc("Tversion", msize=msize, version=version)
+    # -- the common messages: each returns its reply --------------------------------------------
+
+    def version(self, msize: int = DEFAULT_MSIZE, version: str = "9P2000.L") -> Rversion:
+        return self.rpc(Tversion(msize=msize, version=version))
 
     def attach(
-        self, fid: int | None = None, *, uname: str = "", aname: str = "", n_uname: int = 0, afid: int = wire.NOFID
-    ) -> tuple[int, dict[str, int]]:
-        """Tattach; returns the fid and the root qid."""
+        self, fid: int, *, uname: str = "", aname: str = "", n_uname: int = 0, afid: int = wire.NOFID
+    ) -> Rattach:
         if self.state is State.NEW:
             raise P9StateError("Tattach before Tversion")
-        fid = self.new_fid() if fid is None else fid
-        reply = self.rpc("Tattach", fid=fid, afid=afid, uname=uname, aname=aname, n_uname=n_uname)
-        return fid, reply.qid
+        return self.rpc(Tattach(fid=fid, afid=afid, uname=uname, aname=aname, n_uname=n_uname))
 
-    def walk(self, fid: int, names: Sequence[str], newfid: int | None = None) -> tuple[int, list[dict[str, int]]]:
-        """Twalk; returns the new fid and the qids (a partial walk returns fewer qids)."""
-        newfid = self.new_fid() if newfid is None else newfid
-        reply = self.rpc("Twalk", fid=fid, newfid=newfid, wnames=list(names))
-        return newfid, reply.qids
+    def walk(self, fid: int, names: Sequence[str], newfid: int) -> Rwalk:
+        """Twalk; a partial walk returns fewer qids (and newfid is not made)."""
+        return self.rpc(Twalk(fid=fid, newfid=newfid, wnames=list(names)))
 
-    def getattr(self, fid: int, request_mask: int = wire.GETATTR_ALL) -> wire.Message:
-        return self.rpc("Tgetattr", fid=fid, request_mask=request_mask)
+    def walk_fid(self, fid: int, names: Sequence[str] | str = ()) -> int:
+        """A new fid walked from ``fid`` along ``names`` (a list, or a path ``a/b/c``); every
+        name must walk, else :class:`P9ProtocolError` (an Rlerror raises as usual)."""
+        if isinstance(names, str):
+            names = [part for part in names.split("/") if part]
+        newfid = self.new_fid()
+        reply = self.walk(fid, names, newfid)
+        if len(reply.qids) != len(names):
+            raise P9ProtocolError(f"walk of {list(names)} from fid {fid} stopped after {len(reply.qids)} names")
+        return newfid
 
-    def lopen(self, fid: int, flags: int = 0) -> wire.Message:
-        return self.rpc("Tlopen", fid=fid, flags=flags)
+    def getattr(self, fid: int, request_mask: int = wire.GETATTR_ALL) -> Rgetattr:
+        return self.rpc(Tgetattr(fid=fid, request_mask=request_mask))
 
-    def clunk(self, fid: int) -> None:
-        self.rpc("Tclunk", fid=fid)
+    def lopen(self, fid: int, flags: int = 0) -> Rlopen:
+        return self.rpc(Tlopen(fid=fid, flags=flags))
 
-    def readdir(self, fid: int, offset: int = 0, count: int | None = None) -> list[dict[str, Any]]:
+    def clunk(self, fid: int) -> Rclunk:
+        return self.rpc(Tclunk(fid=fid))
+
+    def readdir(self, fid: int, offset: int = 0, count: int | None = None) -> Rreaddir:
         count = self.msize - wire.RREADDIR_HEADER if count is None else count
-        return list(self.rpc("Treaddir", fid=fid, offset=offset, count=count).entries)
+        return self.rpc(Treaddir(fid=fid, offset=offset, count=count))
 
-    def read(self, fid: int, offset: int, count: int) -> bytes:
-        return bytes(self.rpc("Tread", fid=fid, offset=offset, count=count).data)
+    def read(self, fid: int, offset: int, count: int) -> Rread:
+        return self.rpc(Tread(fid=fid, offset=offset, count=count))
 
-    def write(self, fid: int, offset: int, data: bytes) -> int:
-        return int(self.rpc("Twrite", fid=fid, offset=offset, data=data).count)
+    def write(self, fid: int, offset: int, data: bytes) -> Rwrite:
+        return self.rpc(Twrite(fid=fid, offset=offset, data=data))
 
     def format_history(self) -> str:
         """The recent messages, one line each: time, direction, tag, head, used length, fields."""
         return format_records(self.history)
 
-    def walk_path(self, fid: int, path: str, newfid: int | None = None) -> tuple[int, list[dict[str, int]]]:
-        """Twalk along ``a/b/c`` (empty components dropped)."""
-        return self.walk(fid, [part for part in path.split("/") if part], newfid)
+    def statfs(self, fid: int) -> Rstatfs:
+        return self.rpc(Tstatfs(fid=fid))
 
-    def statfs(self, fid: int) -> wire.Message:
-        return self.rpc("Tstatfs", fid=fid)
+    def mkdir(self, dfid: int, name: str, mode: int = 0o755, gid: int = 0) -> Rmkdir:
+        return self.rpc(Tmkdir(dfid=dfid, name=name, mode=mode, gid=gid))
 
-    def mkdir(self, dfid: int, name: str, mode: int = 0o755, gid: int = 0) -> dict[str, int]:
-        return dict(self.rpc("Tmkdir", dfid=dfid, name=name, mode=mode, gid=gid).qid)
-
-    def lcreate(self, fid: int, name: str, flags: int = 1, mode: int = 0o644, gid: int = 0) -> wire.Message:
+    def lcreate(self, fid: int, name: str, flags: int = 1, mode: int = 0o644, gid: int = 0) -> Rlcreate:
         """Tlcreate: ``fid`` (a directory) becomes the new, open file."""
-        return self.rpc("Tlcreate", fid=fid, name=name, flags=flags, mode=mode, gid=gid)
+        return self.rpc(Tlcreate(fid=fid, name=name, flags=flags, mode=mode, gid=gid))
 
-    def symlink(self, dfid: int, name: str, target: str, gid: int = 0) -> dict[str, int]:
-        return dict(self.rpc("Tsymlink", fid=dfid, name=name, symtgt=target, gid=gid).qid)
+    def symlink(self, dfid: int, name: str, target: str, gid: int = 0) -> Rsymlink:
+        return self.rpc(Tsymlink(fid=dfid, name=name, symtgt=target, gid=gid))
 
-    def link(self, dfid: int, fid: int, name: str) -> None:
-        self.rpc("Tlink", dfid=dfid, fid=fid, name=name)
+    def link(self, dfid: int, fid: int, name: str) -> Rlink:
+        return self.rpc(Tlink(dfid=dfid, fid=fid, name=name))
 
-    def readlink(self, fid: int) -> str:
-        return str(self.rpc("Treadlink", fid=fid).target)
+    def readlink(self, fid: int) -> Rreadlink:
+        return self.rpc(Treadlink(fid=fid))
 
-    def unlinkat(self, dirfd: int, name: str, flags: int = 0) -> None:
-        self.rpc("Tunlinkat", dirfd=dirfd, name=name, flags=flags)
+    def unlinkat(self, dirfd: int, name: str, flags: int = 0) -> Runlinkat:
+        return self.rpc(Tunlinkat(dirfd=dirfd, name=name, flags=flags))
 
-    def readdir_all(self, fid: int, count: int | None = None) -> list[list[dict[str, Any]]]:
+    def readdir_all(self, fid: int, count: int | None = None) -> list[Rreaddir]:
         """Treaddir from offset 0, each next one at the last entry's offset, until a count-0 reply.
 
-        Returns the entries of every reply, the final empty one included.
+        Returns every reply, the final empty one included.
         """
-        replies: list[list[dict[str, Any]]] = []
+        replies: list[Rreaddir] = []
         offset = 0
         while True:
-            entries = self.readdir(fid, offset, count)
-            replies.append(entries)
-            if not entries:
+            reply = self.readdir(fid, offset, count)
+            replies.append(reply)
+            if not reply.entries:
                 return replies
-            if entries[-1]["offset"] == offset:
+            if reply.entries[-1].offset == offset:
                 raise P9ProtocolError(f"Treaddir at offset {offset} returned entries that end at the same offset")
-            offset = entries[-1]["offset"]
+            offset = reply.entries[-1].offset
 
     # -- end --------------------------------------------------------------------------------------
 
@@ -388,7 +454,7 @@ class Session:
         problems = []
         if self._tags:
             problems.append("requests without reply: " + "; ".join(p.describe() for p in self._tags.values()))
-        if self.fids:
-            problems.append(f"fids never clunked: {sorted(self.fids)}")
+        if self._fids:
+            problems.append(f"fids never clunked: {sorted(self._fids)}")
         if problems:
             raise LeakError("session closed with " + " and ".join(problems))

@@ -18,6 +18,7 @@ that differs from its ``<--`` line, or from its ``<==`` expectation where there 
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +30,17 @@ from harness.p9 import wire
 MAGIC = "# virtio9p-harness reproducer"
 
 
+class Direction(enum.StrEnum):
+    """Which way a record's frame went, as trace lines and reproducers print it."""
+
+    SENT = "-->"
+    RECEIVED = "<--"
+    NOT_SENT = "-x-"
+
+
 class Record(NamedTuple):
     time: float
-    direction: str  # "-->" sent, "<--" received, "-x-" not sent
+    direction: Direction
     tag: int | None
     frame: bytes
     message: wire.Message | None
@@ -60,7 +69,7 @@ def write_reproducer(
     lines = [MAGIC, *(f"# {key}: {value}" for key, value in header.items())]
     lines.append(f"# replay: python -m harness replay {path}")
     for index, record in enumerate(records):
-        if record.direction == "-x-":
+        if record.direction is Direction.NOT_SENT:
             continue
         shown = str(record.message) if record.message else ""
         body = record.frame.hex() if record.frame else f"(empty,tag={record.tag})"
