@@ -56,6 +56,7 @@ conformance: qemu
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 selftest: venv tools
 	$(BIN)/python -m pytest tests/ $(PYTEST_ARGS)

@@ -16,10 +16,10 @@ from fixtures.pool import Device
 from fixtures.qos import qos
 from harness.errors import RingFull
 from harness.p9 import wire
+from harness.p9.channel import ChainLayout
 from harness.p9.messages import Rgetattr, Rread, Tgetattr, Tread, Twrite
 from harness.p9.session import Pending, Session
-from harness.p9.transport import ChainLayout
-from harness.virtqueue import Buffer
+from harness.virtio.virtqueue import Buffer
 
 TRANSPORTS = ["modern", "legacy"]
 #: Twrite's fixed part: size, type, tag, fid, offset, count.
@@ -62,10 +62,9 @@ def test_payload_in_its_own_descriptor(place: Place, device: Device, transport: 
     Tread whose data lands in a descriptor after the 11-byte Rread head (how a guest kernel passes
     page-cache pages): bytes, counts and offsets honoured, and a short read at end of file writes
     no byte past its count."""
-    p9, qt, alloc = place.session, device.machine.qtest, device.transport.alloc
+    p9, qt = place.session, device.machine.qtest
     fid = open_file(place)
-    out, back = alloc.alloc(len(DATA)), alloc.alloc(len(DATA))
-    try:
+    with device.driver.guest_buffer(len(DATA)) as out, device.driver.guest_buffer(len(DATA)) as back:
         qt.memwrite(out, DATA)
         qt.memwrite(back, b"\xee" * len(DATA))
         written = p9.send_resident(Twrite(fid=fid, offset=100, data=b""), Buffer(out, len(DATA))).result()
@@ -77,9 +76,6 @@ def test_payload_in_its_own_descriptor(place: Place, device: Device, transport: 
         assert int.from_bytes(reply.frame[7:11], "little") == 100 + len(DATA) - 1000  # Rread's count
         got = qt.memread(back, len(DATA))
         assert got == DATA[900:] + b"\xee" * 900
-    finally:
-        alloc.free(out)
-        alloc.free(back)
     p9.clunk(fid)
 
 
@@ -131,11 +127,11 @@ def test_direct_chain_longer_than_the_queue(attached: Session, device: Device, t
     """129 direct descriptors cannot exist in a 128-entry table: our driver refuses the chain with
     RingFull and writes nothing, and the device is untouched."""
     p9 = attached
-    avail = device.transport.queue.avail_idx
+    avail = device.driver.queue.avail_idx
     with pytest.raises(RingFull, match="chain of 129"):
         request = Tgetattr(fid=0, request_mask=wire.GETATTR_ALL)
         p9.send(request, layout=ChainLayout(in_segment=64), reply_capacity=64 * 128)
-    assert device.transport.queue.avail_idx == avail and device.transport.queue.num_free == 128
+    assert device.driver.queue.avail_idx == avail and device.driver.queue.num_free == 128
     assert p9.getattr(0).qid.type == wire.QTDIR
 
 

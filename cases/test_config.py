@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fixtures.pool import Device
 from fixtures.qos import qos
-from harness.p9.transport import F_MOUNT_TAG
+from harness.virtio.driver import F_MOUNT_TAG
 
 
 @qos("config")
@@ -13,10 +13,10 @@ def test_config(device: Device) -> None:
 
     Checks the feature bit that announces the tag, the length field and every byte.
     """
-    transport = device.transport
-    assert transport.features & F_MOUNT_TAG, f"VIRTIO_9P_MOUNT_TAG not negotiated: {transport.features:#x}"
+    driver = device.driver
+    assert driver.features & F_MOUNT_TAG, f"VIRTIO_9P_MOUNT_TAG not negotiated: {driver.features:#x}"
     want = device.machine.config.mount_tag.encode()
-    raw = transport.dev.read_config(0, 2 + len(want) + 1)
+    raw = driver.function.read_config(0, 2 + len(want) + 1)
     assert int.from_bytes(raw[:2], "little") == len(want), f"tag_len field reads {raw[:2].hex()}"
     assert raw[2 : 2 + len(want)] == want
-    assert transport.mount_tag() == "qtest"
+    assert driver.mount_tag() == "qtest"

@@ -11,9 +11,9 @@ from fixtures.pool import Device
 from fixtures.qos import qos
 from harness.p9 import wire
 from harness.p9.session import Session
-from harness.p9.transport import DEFAULT_FEATURES
-from harness.pci import Msix, PCIBus, route_intx
-from harness.virtio_pci import F_RING_EVENT_IDX, NO_VECTOR
+from harness.virtio.driver import DEFAULT_FEATURES
+from harness.virtio.pci import Msix, PCIBus, route_intx
+from harness.virtio.virtio_pci import F_RING_EVENT_IDX, NO_VECTOR
 
 IRQ = 11
 
@@ -25,7 +25,7 @@ def test_intx(attached: Session, device: Device, transport: str) -> None:
     """A completion raises the INTx line; the ISR reads 1 once, then 0, and the read lowers the
     line; no completion, no interrupt."""
     qt = device.machine.qtest
-    dev = device.transport.dev
+    dev = device.driver.function
     route_intx(PCIBus(qt), dev.pci, IRQ)
     qt.irq_intercept_in("ioapic")
     dev.read_isr()  # clear what Tversion/Tattach left
@@ -53,24 +53,23 @@ def test_msix(attached: Session, device: Device, transport: str) -> None:
     written to its address (here a guest page we watch). With the vector removed (NO_VECTOR), a
     completion sends nothing."""
     qt = device.machine.qtest
-    dev = device.transport.dev
+    dev = device.driver.function
     dev.read_isr()
     msix = Msix.find(dev.pci)
     assert msix.size >= 2
-    target = device.transport.alloc.alloc(4096)
-    qt.memset(target, 4096, 0)
-    msix.program(0, target, 0xC0DE0000)
-    msix.enable()
-    assert dev.set_queue_vector(0, 0) == 0
-    for n in range(1, 4):
+    with device.driver.guest_buffer(4096) as target:
+        qt.memset(target, 4096, 0)
+        msix.program(0, target, 0xC0DE0000)
+        msix.enable()
+        assert dev.set_queue_vector(0, 0) == 0
+        for n in range(1, 4):
+            qt.memwrite(target, bytes(4))
+            attached.getattr(0, wire.GETATTR_BASIC)
+            assert int.from_bytes(qt.memread(target, 4), "little") == 0xC0DE0000, f"message {n} not written"
+        assert dev.set_queue_vector(0, NO_VECTOR) == NO_VECTOR
         qt.memwrite(target, bytes(4))
         attached.getattr(0, wire.GETATTR_BASIC)
-        assert int.from_bytes(qt.memread(target, 4), "little") == 0xC0DE0000, f"message {n} not written"
-    assert dev.set_queue_vector(0, NO_VECTOR) == NO_VECTOR
-    qt.memwrite(target, bytes(4))
-    attached.getattr(0, wire.GETATTR_BASIC)
-    assert qt.memread(target, 4) == bytes(4), "a message was sent for a queue without a vector"
-    device.transport.alloc.free(target)
+        assert qt.memread(target, 4) == bytes(4), "a message was sent for a queue without a vector"
 
 
 @pytest.mark.fresh_qemu  # MSI-X stays enabled in PCI config space across a virtio reset
@@ -81,24 +80,23 @@ def test_used_event(attached: Session, device: Device, transport: str) -> None:
     (virtio 1.x 2.7.10, vring_need_event): a used_event ahead of the next completion gets no
     message, one at the current index gets exactly one, one already passed gets none."""
     qt = device.machine.qtest
-    dev = device.transport.dev
-    queue = device.transport.queue
-    assert device.transport.features & F_RING_EVENT_IDX
+    dev = device.driver.function
+    queue = device.driver.queue
+    assert device.driver.features & F_RING_EVENT_IDX
     msix = Msix.find(dev.pci)
-    target = device.transport.alloc.alloc(4096)
-    qt.memset(target, 4096, 0)
-    msix.program(0, target, 0xC0DE0000)
-    msix.enable()
-    assert dev.set_queue_vector(0, 0) == 0
+    with device.driver.guest_buffer(4096) as target:
+        qt.memset(target, 4096, 0)
+        msix.program(0, target, 0xC0DE0000)
+        msix.enable()
+        assert dev.set_queue_vector(0, 0) == 0
 
-    def completion_signalled(used_event: int) -> bool:
-        qt.memwrite(target, bytes(4))
-        queue.set_used_event(used_event)
-        attached.getattr(0, wire.GETATTR_BASIC)
-        return int.from_bytes(qt.memread(target, 4), "little") == 0xC0DE0000
+        def completion_signalled(used_event: int) -> bool:
+            qt.memwrite(target, bytes(4))
+            queue.set_used_event(used_event)
+            attached.getattr(0, wire.GETATTR_BASIC)
+            return int.from_bytes(qt.memread(target, 4), "little") == 0xC0DE0000
 
-    assert not completion_signalled(queue.last_used + 5), "interrupt before used_event was reached"
-    assert completion_signalled(queue.last_used), "no interrupt when used.idx passed used_event"
-    assert not completion_signalled(queue.last_used - 1), "interrupt for a used_event already passed"
-    assert completion_signalled(queue.last_used), "no interrupt when asked again"
-    device.transport.alloc.free(target)
+        assert not completion_signalled(queue.last_used + 5), "interrupt before used_event was reached"
+        assert completion_signalled(queue.last_used), "no interrupt when used.idx passed used_event"
+        assert not completion_signalled(queue.last_used - 1), "interrupt for a used_event already passed"
+        assert completion_signalled(queue.last_used), "no interrupt when asked again"

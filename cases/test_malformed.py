@@ -25,11 +25,11 @@ def test_malformed(p9: Session, device: Device, qemu_under_test: QemuUnderTest, 
     assert not outcome.startswith("died"), f"{item.what}: QEMU {outcome}"
     assert device.alive()
     if outcome in ("needs-reset", "no-reply"):
-        device.transport.reset()  # the device asked for one
+        device.reset()  # the device asked for one
     else:
         malformed.cleanup(p9, blocker, outcome)
     p9.close(check=False)  # the frame may have made or dropped fids the session cannot know of
-    fresh = Session(device.transport)  # a new Tversion: the device serves requests again
+    fresh = Session(device.channel)  # a new Tversion: the device serves requests again
     fresh.version()
     fresh.attach(0)
     assert fresh.getattr(0, wire.GETATTR_BASIC).qid.type == wire.QTDIR

@@ -17,9 +17,9 @@ from fixtures.pool import Device
 from fixtures.qos import qos
 from harness.errors import DeviceNeedsReset
 from harness.p9 import wire
+from harness.p9.channel import ChainLayout
 from harness.p9.messages import Tgetattr, Tread, Tversion, Twrite
 from harness.p9.session import Pending, Session
-from harness.p9.transport import ChainLayout
 
 VIRTIO_LIMIT = (1024 - 2) * 4096
 SIZES = [512 * 1024, 1 << 20, 2 << 20, VIRTIO_LIMIT]

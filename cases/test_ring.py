@@ -15,12 +15,13 @@ from fixtures.expect import expect_rlerror
 from fixtures.pool import Device, MachinePool
 from fixtures.qos import qos
 from harness.errors import QEMUError, RingFull
-from harness.machine import MachineConfig
 from harness.p9 import wire
+from harness.p9.channel import SIMPLE, ChainLayout
 from harness.p9.messages import Rflush, Rgetattr, Rwrite, Tflush, Tgetattr, Twrite
 from harness.p9.session import Pending, Session
-from harness.p9.transport import DEFAULT_FEATURES, SIMPLE, ChainLayout
-from harness.virtio_pci import F_RING_EVENT_IDX
+from harness.qemu.machine import MachineConfig
+from harness.virtio.driver import DEFAULT_FEATURES
+from harness.virtio.virtio_pci import F_RING_EVENT_IDX
 
 TRANSPORTS = ["modern", "legacy"]
 INDIRECT = ChainLayout(indirect=True)
@@ -81,7 +82,7 @@ def test_ring_partly_filled(attached: Session, device: Device, transport: str, f
     fid, blocked = block(p9, int(count), layout)
     status = wait_in_use(device, int(count))
     assert status["inuse"] == int(count)
-    assert status["last-avail-idx"] == device.transport.queue.avail_idx
+    assert status["last-avail-idx"] == device.driver.queue.avail_idx
     flush_one_by_one(p9, blocked, layout)
     assert wait_in_use(device, 0)["inuse"] == 0
     p9.clunk(fid)
@@ -99,14 +100,14 @@ def test_ring_full_is_refused_by_the_driver(attached: Session, device: Device, t
     capacity = QUEUE_SIZE if mode == "indirect" else QUEUE_SIZE // 2
     _, blocked = block(p9, capacity, layout)
     assert wait_in_use(device, capacity)["inuse"] == capacity
-    avail = device.transport.queue.avail_idx
+    avail = device.driver.queue.avail_idx
     with pytest.raises(RingFull):
         p9.send(Tflush(oldtag=blocked[0].tag), layout=INDIRECT)
-    assert device.transport.queue.avail_idx == avail
+    assert device.driver.queue.avail_idx == avail
     assert queue_status(device)["last-avail-idx"] == avail
-    assert device.transport.queue.num_free == 0
+    assert device.driver.queue.num_free == 0
     p9.close(check=False)  # the blocked requests end with this QEMU
-    device.transport.abandon()
+    device.abandon()
 
 
 @pytest.mark.needs_synth_tree
@@ -126,9 +127,9 @@ def test_ring_full_then_reset(attached: Session, device: Device, transport: str)
     assert wait_in_use(device, QUEUE_SIZE)["inuse"] == QUEUE_SIZE
     p9.close(check=False)
     device.machine.qtest.set_timeout(2.0)
-    device.transport.reset()
+    device.reset()
     assert queue_status(device)["inuse"] == 0
-    assert Session(device.transport).version().msize == 8192
+    assert Session(device.channel).version().msize == 8192
 
 
 @qos("ring/recycle/{transport}", backends=["synth"], transport=TRANSPORTS)
@@ -139,7 +140,7 @@ def test_ring_recycle(attached: Session, device: Device, transport: str) -> None
     root = p9.getattr(0).qid
     for _ in range(10 * QUEUE_SIZE):
         assert p9.getattr(0, wire.GETATTR_BASIC).qid == root
-    queue = device.transport.queue
+    queue = device.driver.queue
     assert queue.num_free == QUEUE_SIZE and queue.in_flight == 0
     assert queue.avail_idx == queue.last_used >= 10 * QUEUE_SIZE
 
@@ -172,21 +173,21 @@ def test_per_test_reset(machine_pool: MachinePool, machine_config: MachineConfig
     device status 0, 1, 3, (0xb,) DRIVER_OK again, forgets the fids, and serves requests."""
     device = machine_pool.get(machine_config)
     pid = device.machine.pid
-    old = Session(device.transport)
+    old = Session(device.channel)
     old.version()
     old.attach(0)
     walked = old.new_fid()
     old.walk(0, [], walked)  # a clone of the root: a fid the reset must forget
     for _ in range(QUEUE_SIZE // 2):  # 64 two-descriptor chains: every descriptor in use
         old.send(Tgetattr(fid=walked, request_mask=wire.GETATTR_BASIC))
-    assert device.transport.queue.num_free == 0
+    assert device.driver.queue.num_free == 0
     old.close(check=False)
     again = machine_pool.get(machine_config)
     assert again is device and again.machine.pid == pid
     modern = transport == "modern"
-    assert again.transport.status_history == [0, 1, 3, *([0xB] if modern else []), 0xF if modern else 0x7]
-    assert again.transport.queue.num_free == QUEUE_SIZE
-    fresh = Session(again.transport)
+    assert again.driver.status_history == [0, 1, 3, *([0xB] if modern else []), 0xF if modern else 0x7]
+    assert again.driver.queue.num_free == QUEUE_SIZE
+    fresh = Session(again.channel)
     fresh.version()
     fresh.attach(0)
     with expect_rlerror(errno.ENOENT):
@@ -201,16 +202,16 @@ def test_event_idx(attached: Session, device: Device, transport: str) -> None:
     (vring_need_event), and no request is lost for a skipped notification: bursts of 32 pipelined
     requests all complete. ``--event-idx`` runs the whole suite this way."""
     p9 = attached
-    transport_ = device.transport
-    assert transport_.features & F_RING_EVENT_IDX
+    driver = device.driver
+    assert driver.features & F_RING_EVENT_IDX
     root = p9.getattr(0).qid
-    before = transport_.notifications + transport_.suppressed_notifications
+    before = driver.notifications + driver.suppressed_notifications
     for _ in range(20):
         burst = [p9.send(Tgetattr(fid=0, request_mask=wire.GETATTR_BASIC)) for _ in range(32)]
         assert all(p.result().qid == root for p in burst)
-    submitted = transport_.notifications + transport_.suppressed_notifications - before
+    submitted = driver.notifications + driver.suppressed_notifications - before
     assert submitted == 20 * 32
-    assert transport_.notifications >= 1
+    assert driver.notifications >= 1
 
 
 @qos("ring/burst/{transport}", backends=["synth"], transport=TRANSPORTS)

@@ -8,7 +8,7 @@ import struct
 import threading
 from collections.abc import Callable
 
-from harness.virtqueue import DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, RingLayout
+from harness.virtio.virtqueue import DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, RingLayout
 
 
 class FakeQTestPeer:

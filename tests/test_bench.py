@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from fixtures.devices import QemuUnderTest
-from harness import bench, provision
 from harness.errors import HarnessError
+from harness.qemu import provision
+from harness.tools import bench
 from tests.subrun import PROJECT
 
 

@@ -18,10 +18,12 @@ import pytest
 from fixtures.devices import QemuUnderTest
 from fixtures.pool import MachinePool
 from harness.errors import QEMUError, QEMUExited, QEMUStartError
-from harness.machine import LocalFs, Machine, MachineConfig
+from harness.p9.channel import Channel
 from harness.p9.messages import Tattach, Twrite
 from harness.p9.session import Session
-from harness.p9.transport import VirtioTransport
+from harness.qemu.machine import LocalFs, Machine, MachineConfig
+from harness.tools.connect import open_channel
+from harness.virtio.driver import Driver
 from tests.subrun import run_pytest
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -33,7 +35,7 @@ def config(qemu: QemuUnderTest, **kwargs: object) -> MachineConfig:
 
 def test_killed_qemu_is_reported_with_status_and_stderr(qemu_under_test: QemuUnderTest) -> None:
     with Machine(config(qemu_under_test)) as machine:
-        session = Session(VirtioTransport(machine))
+        session = Session(open_channel(machine))
         session.version()
         root = session.new_fid()
         session.attach(root)
@@ -50,7 +52,7 @@ def test_killed_qemu_is_reported_with_status_and_stderr(qemu_under_test: QemuUnd
 
 def test_killed_while_a_request_is_in_flight(qemu_under_test: QemuUnderTest) -> None:
     with Machine(config(qemu_under_test)) as machine:
-        session = Session(VirtioTransport(machine))
+        session = Session(open_channel(machine))
         session.version()
         session.attach(0)
         fid = session.walk_fid(0, ["FLUSH"])
@@ -125,7 +127,7 @@ def test_pool_replaces_a_dead_qemu(qemu_under_test: QemuUnderTest) -> None:
         first.machine._proc.wait()  # type: ignore[union-attr]
         second = pool.get(config(qemu_under_test))
         assert second is not first and second.alive() and pool.starts == 2
-        session = Session(second.transport)
+        session = Session(second.channel)
         assert session.version().msize == 8192
     finally:
         pool.close()
@@ -135,7 +137,7 @@ def test_stopped_qemu_times_out_naming_the_request_and_is_cleaned_up(qemu_under_
     machine = Machine(config(qemu_under_test), qtest_timeout=0.5)
     machine.launch()
     try:
-        session = Session(VirtioTransport(machine))
+        session = Session(open_channel(machine))
         session.version()
         assert machine.pid is not None
         os.kill(machine.pid, signal.SIGSTOP)
@@ -321,21 +323,22 @@ def test_thousand_resets_stay_flat(qemu_under_test: QemuUnderTest) -> None:
     """1,000 consecutive per-test resets, each with a short session, in one QEMU: the harness's
     guest memory, file descriptors and threads end exactly where they started."""
     with Machine(config(qemu_under_test)) as machine:
-        transport = VirtioTransport(machine)
+        driver = Driver(machine.qtest, machine.config.transport)
+        channel = Channel(driver, machine.stderr_tail)
 
         def one_case() -> None:
-            transport.reset()
-            session = Session(transport)
+            channel.reset()
+            session = Session(channel)
             session.version()
             session.attach(0)
             session.getattr(0)
             session.clunk(0)
             session.close()
-            transport.check_idle()
+            channel.check_idle()
 
         def measure() -> tuple[int, int, int, int]:
             fds = len(os.listdir("/proc/self/fd"))
-            return transport.alloc.free_bytes, len(transport.alloc.allocated), fds, threading.active_count()
+            return driver.allocator.free_bytes, len(driver.allocator.allocated), fds, threading.active_count()
 
         for _ in range(20):  # warm-up: lazily created objects exist before the baseline
             one_case()

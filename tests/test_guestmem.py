@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.errors import GuestMemoryError, LeakError
-from harness.guestmem import PAGE, GuestAllocator
+from harness.virtio.guestmem import PAGE, GuestAllocator
 
 
 def test_rounds_to_pages_and_fits_first() -> None:

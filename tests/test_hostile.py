@@ -14,7 +14,7 @@ from harness.errors import P9Error, QTestError, QTestFail, QTestProtocolError
 from harness.p9 import wire
 from harness.p9.messages import Tversion
 from harness.p9.session import Session
-from harness.qtest import QTest
+from harness.qemu.qtest import QTest
 from tests.fakes import FakeQTestPeer, b64
 from tests.test_session import FakeTransport, server
 from tests.test_wire import sample

@@ -8,9 +8,10 @@ import time
 from pathlib import Path
 
 from fixtures.devices import QemuUnderTest
-from harness.machine import LocalFs, Machine, MachineConfig
+from harness.p9.channel import Channel
 from harness.p9.session import Session
-from harness.p9.transport import VirtioTransport
+from harness.qemu.machine import LocalFs, Machine, MachineConfig
+from harness.virtio.driver import Driver
 from tests.subrun import run_pytest
 
 
@@ -44,12 +45,12 @@ def test_equal_configs_share_a_qemu() -> None:
 def test_system_reset_waits_for_the_reset_event_and_the_device_comes_back(qemu_under_test: QemuUnderTest) -> None:
     config = MachineConfig(binary=qemu_under_test.binary, accel=qemu_under_test.probe.accel)
     with Machine(config) as machine:
-        transport = VirtioTransport(machine)
-        Session(transport).version()
+        channel = Channel(Driver(machine.qtest, machine.config.transport))
+        Session(channel).version()
         machine.system_reset()
-        assert transport.dev.get_status() == 0  # the reset reached the device
-        transport.reset()
-        session = Session(transport)
+        assert channel.driver.status() == 0  # the reset reached the device
+        channel.reset()
+        session = Session(channel)
         assert session.version().msize == 8192
         assert machine.qmp("query-status") == {"status": "running", "singlestep": False, "running": True}
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from fixtures.devices import QemuUnderTest
-from harness import provision
 from harness.errors import ProvisionError
+from harness.qemu import provision
 
 PROJECT = Path(__file__).resolve().parent.parent
 #: Debian's qemu-system-x86 package: no qtest accelerator (`make test` installs it for these tests).
@@ -115,7 +115,7 @@ def test_a_short_qemu_run_dies_with_the_harness(tmp_path: Path, qemu_under_test:
     """The probe's QEMU runs wait for "quit" on their monitor and do not exit at its end of file: a
     harness killed mid-probe must not leave one behind (it did, until they got PR_SET_PDEATHSIG)."""
     waits = [str(qemu_under_test.binary), "-machine", "none", "-display", "none", "-nodefaults", "-monitor", "stdio"]
-    code = f"from harness import provision; provision._run({[*waits, '-accel', 'qtest']!r})"
+    code = f"from harness.qemu import provision; provision._run({[*waits, '-accel', 'qtest']!r})"
     env = {**os.environ, "PYTHONPATH": str(PROJECT)}
     harness = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=env)
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from harness.qemu_suite import QEMU_72_CASES
+from harness.qemu.qemu_suite import QEMU_72_CASES
 from tests.subrun import PROJECT
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from harness.errors import QEMUExited, QTestDisconnected, QTestError, QTestFail, QTestProtocolError, QTestTimeout
-from harness.qtest import B64WRITE_CHUNK, QTest
+from harness.qemu.qtest import B64WRITE_CHUNK, QTest
 from tests.fakes import FakeQTestPeer, b64
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import errno
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from harness.errors import LeakError, P9ProtocolError, P9Rlerror, P9StateError, P9Timeout
 from harness.p9 import wire
+from harness.p9.channel import Completion, Request
 from harness.p9.messages import (
     Qid,
     Rattach,
@@ -27,8 +29,8 @@ from harness.p9.messages import (
     Twalk,
 )
 from harness.p9.session import Session, State
-from harness.p9.transport import SIMPLE, ChainLayout, Completion, Request
-from harness.virtqueue import Buffer
+from harness.virtio.guestmem import Region
+from harness.virtio.virtqueue import Buffer
 
 Answer = Callable[[int, wire.Message], bytes | None]
 
@@ -42,7 +44,13 @@ class FakeTransport:
         self._next = 0
 
     def submit(
-        self, frame: bytes, reply_capacity: int, layout: ChainLayout = SIMPLE, **tails: Buffer | None
+        self,
+        frame: bytes,
+        reply_capacity: int,
+        layout: Any = None,
+        *,
+        out_tail: Region | None = None,
+        in_tail: Region | None = None,
     ) -> Request:
         self.sent.append(frame)
         self._next += 1

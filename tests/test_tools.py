@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.devices import QemuUnderTest
-from harness.repl import Repl
+from harness.tools.repl import Repl
 from tests.subrun import PROJECT, run_pytest
 
 PACKAGED = Path("/usr/bin/qemu-system-x86_64")

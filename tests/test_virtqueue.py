@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.errors import DeviceError, LeakError, RingFull
-from harness.virtqueue import DESC_F_NEXT, DESC_F_WRITE, Buffer, RingLayout, SplitVirtqueue
+from harness.virtio.virtqueue import DESC_F_NEXT, DESC_F_WRITE, Buffer, RingLayout, SplitVirtqueue
 from tests.fakes import FakeMemory, FakeVirtioDevice
 
 BASE = 0x10000

@@ -22,7 +22,7 @@ from typing import Any
 
 from construct import Construct
 
-from harness.errors import DeviceNeedsReset, HarnessError, P9Timeout, QEMUExited, describe_status
+from harness.errors import DeviceNeedsReset, P9Timeout, QEMUExited, describe_status
 from harness.p9 import wire
 from harness.p9.messages import Rlerror, Tflush, Twalk, Twrite
 from harness.p9.session import Pending, Session
@@ -230,49 +230,3 @@ def cleanup(session: Session, blocker: Pending[Any] | None, outcome: str) -> Non
     if blocker is not None and outcome not in ("needs-reset", "no-reply") and not outcome.startswith("died"):
         session.send(Tflush(oldtag=7)).wait()
         blocker.wait()
-
-
-def report(binary: Path, transport: str, write: bool) -> int:
-    """``python -m harness malformed-report``: run the catalogue on one synth QEMU, print it."""
-    from tabulate import tabulate
-
-    from harness.machine import Machine
-    from harness.p9.transport import VirtioTransport
-    from harness.provision import usable_config
-
-    if write and transport != "modern":
-        raise HarnessError("outcomes are recorded on the modern interface (legacy has no NEEDS_RESET bit)")
-    config, found = usable_config(binary, transport=transport)
-    version = found.version
-    before = recorded(version) or {}
-    outcomes: dict[str, str] = {}
-    rows = []
-    machine = Machine(config)
-    machine.launch()
-    try:
-        for entry in catalogue():
-            if not machine.is_running() or machine.unresponsive:
-                machine.shutdown()
-                machine = Machine(config)
-                machine.launch()
-            device = VirtioTransport(machine)
-            session = Session(device)
-            blocker = prepare(session, entry)
-            outcome = run(session, entry)
-            if outcome in ("no-reply",) or outcome.startswith("died"):
-                machine.shutdown()
-            else:
-                cleanup(session, blocker, outcome)
-            outcomes[entry.name] = outcome
-            known = as_seen_on(transport, before[entry.name]) if entry.name in before else ""
-            rows.append(
-                (entry.name, entry.what, outcome, known, "" if not known else "yes" if known == outcome else "NO")
-            )
-    finally:
-        machine.shutdown()
-    print(f"malformed requests on QEMU {version} ({binary}), {transport} transport, synth backend")
-    print(tabulate(rows, headers=("entry", "what is wrong", "outcome", "recorded", "same"), tablefmt="github"))
-    if write:
-        record(version, outcomes)
-        print(f"recorded {len(outcomes)} outcomes for QEMU {version} in {RECORDED}")
-    return 1 if any(row[4] == "NO" for row in rows) else 0

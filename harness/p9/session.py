@@ -63,9 +63,8 @@ from harness.p9.messages import (
     Txattrwalk,
 )
 from harness.p9.trace import Direction, Record, format_records
-from harness.p9.transport import SIMPLE, ChainLayout, Completion, Request
 from harness.p9.wire import Message, R, TMessage
-from harness.virtqueue import Buffer
+from harness.virtio.guestmem import Region
 
 log = logging.getLogger(__name__)
 hexlog = logging.getLogger(__name__ + ".hexdump")
@@ -80,20 +79,35 @@ HISTORY = 256
 NO_TAG = -1
 
 
-class FrameTransport(Protocol):
-    def batch(self) -> contextlib.AbstractContextManager[None]: ...
+class Done(Protocol):
+    """A completed request as the transport reports it."""
 
+    @property
+    def used_len(self) -> int: ...
+    @property
+    def reply(self) -> bytes: ...
+    @property
+    def order(self) -> int: ...
+    @property
+    def server_seconds(self) -> float: ...
+
+
+class FrameTransport(Protocol):
+    """What the session sends frames through (:class:`harness.p9.channel.Channel`, or a test's
+    fake). ``layout`` and the handle are the transport's own: the session passes them on."""
+
+    def batch(self) -> contextlib.AbstractContextManager[None]: ...
     def submit(
         self,
         frame: bytes,
         reply_capacity: int,
-        layout: ChainLayout = ...,
+        layout: Any = ...,
         *,
-        out_tail: Buffer | None = ...,
-        in_tail: Buffer | None = ...,
-    ) -> Request: ...
-    def wait(self, request: Request, timeout: float) -> Completion | None: ...
-    def completed(self, request: Request) -> bool: ...
+        out_tail: Region | None = ...,
+        in_tail: Region | None = ...,
+    ) -> Any: ...
+    def wait(self, handle: Any, timeout: float) -> Done | None: ...
+    def completed(self, handle: Any) -> bool: ...
 
 
 class State(enum.Enum):
@@ -112,7 +126,7 @@ class Reply:
     message: Message | None  # None when the device returned the buffer empty (a flush)
     #: Completion order on the used ring (0 = first since the device was brought up).
     order: int
-    #: The server's time for this request (see transport.Completion.server_seconds).
+    #: The server's time for this request (see channel.Completion.server_seconds).
     server_seconds: float = 0.0
 
     @property
@@ -124,7 +138,7 @@ class Reply:
 class Pending(Generic[R]):
     """A request on the ring.  ``result()`` waits for it and checks the reply."""
 
-    def __init__(self, session: Session, request: TMessage[R] | None, frame: bytes, tag: int, handle: Request) -> None:
+    def __init__(self, session: Session, request: TMessage[R] | None, frame: bytes, tag: int, handle: Any) -> None:
         self.session = session
         self.request = request
         self.frame = frame
@@ -135,8 +149,9 @@ class Pending(Generic[R]):
 
     @property
     def head(self) -> int:
-        """The descriptor head this request went out on."""
-        return self.handle.head
+        """Where the transport put this request (the channel: its descriptor head)."""
+        head: int = self.handle.head
+        return head
 
     def describe(self) -> str:
         return str(self.request) if self.request else f"raw frame {self.frame[:32].hex()}"
@@ -203,17 +218,18 @@ class Session:
         *,
         tag: int | None = None,
         reply_capacity: int | None = None,
-        layout: ChainLayout = SIMPLE,
+        layout: Any = None,
     ) -> Pending[R]:
         """Encode and submit one T-message; Tversion gets NOTAG, others the lowest free tag.
 
-        ``layout`` lays the request out in descriptors other than the plain two.
+        ``layout`` (a :class:`~harness.p9.channel.ChainLayout`) lays the request out in
+        descriptors other than the plain two; the session only passes it on.
         """
         tag = self._tag_for(request, tag)
         return self._submit(request, wire.encode(request, tag), reply_capacity, layout)
 
     def send_raw(
-        self, frame: bytes, *, reply_capacity: int | None = None, layout: ChainLayout = SIMPLE
+        self, frame: bytes, *, reply_capacity: int | None = None, layout: Any = None
     ) -> Pending[Any]:
         """Submit arbitrary bytes as one request (for malformed-input cases)."""
         request: TMessage[Any] | None = None
@@ -222,7 +238,7 @@ class Session:
             request = decoded if isinstance(decoded, TMessage) else None
         return self._submit(request, frame, reply_capacity, layout)
 
-    def send_resident(self, request: Twrite | Tread, /, region: Buffer) -> Pending[Any]:
+    def send_resident(self, request: Twrite | Tread, /, region: Region) -> Pending[Any]:
         """A Twrite whose data is already in guest memory at ``region`` (give it ``data=b""``), or
         a Tread of ``region.length`` bytes the server writes straight there: the payload never
         crosses the qtest socket (``bench io``'s data path). The Tread's reply decodes as
@@ -231,10 +247,10 @@ class Session:
         note = f"{request} with {region.length} bytes resident at {region.addr:#x}"
         if isinstance(request, Twrite):
             frame = wire.encode_head(request, tag, region.length)
-            return self._submit(request, frame, None, SIMPLE, note, out_tail=region)
+            return self._submit(request, frame, None, None, note, out_tail=region)
         if request.count != region.length:
             raise P9StateError(f"{request}: count must be the region's length, {region.length}")
-        return self._submit(request, wire.encode(request, tag), wire.RREAD_HEADER, SIMPLE, note, in_tail=region)
+        return self._submit(request, wire.encode(request, tag), wire.RREAD_HEADER, None, note, in_tail=region)
 
     def batch(self) -> contextlib.AbstractContextManager[None]:
         """``with session.batch(): ...``: the requests sent inside reach QEMU in one socket write."""
@@ -249,9 +265,9 @@ class Session:
         request: TMessage[R] | None,
         frame: bytes,
         capacity: int | None,
-        layout: ChainLayout,
+        layout: Any,
         note: str = "",
-        **tails: Buffer,
+        **tails: Region,
     ) -> Pending[R]:
         if capacity is None:
             capacity = self.msize if self.msize >= wire.HEADER_SIZE else PREVERSION_REPLY_CAPACITY

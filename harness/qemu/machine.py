@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from harness.errors import QEMUError, QEMUExited, QEMUStartError, QTestError
-from harness.qtest import QTest
+from harness.qemu.qtest import QTest
 
 if TYPE_CHECKING:
     from qemu.qmp.legacy import QEMUMonitorProtocol

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from harness.errors import DeviceError, DeviceNotFound, NegotiationError
-from harness.pci import CAP_ID_VENDOR, Bar, PCIBus, PCIDevice
-from harness.virtqueue import RingLayout
+from harness.virtio.pci import CAP_ID_VENDOR, Bar, PCIBus, PCIDevice
+from harness.virtio.virtqueue import RingLayout
 
 VIRTIO_VENDOR = 0x1AF4
 #: Transitional device IDs are 0x1000 + type - 1 (0x1009 for 9p); modern ones 0x1040 + type.

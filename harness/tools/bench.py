@@ -25,19 +25,19 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness import provision
 from harness.errors import HarnessError, ProvisionError
-from harness.machine import FsConfig, LocalFs, MachineConfig, SynthFs
 from harness.p9 import wire
-from harness.p9.connect import Connection, connect
+from harness.p9.channel import ChainLayout
 from harness.p9.messages import Rgetattr, Rreaddir, Tgetattr, Tread, Treaddir, Twrite
 from harness.p9.session import Pending, Session
-from harness.p9.transport import ChainLayout
-from harness.qemu_suite import QEMU_72_CASES, QOS_PREFIX, firmware_wrapper
-from harness.virtio_pci import Transport
-from harness.virtqueue import Buffer
+from harness.qemu import provision
+from harness.qemu.machine import FsConfig, LocalFs, MachineConfig, SynthFs
+from harness.qemu.qemu_suite import QEMU_72_CASES, QOS_PREFIX, firmware_wrapper
+from harness.tools.connect import Connection, connect
+from harness.virtio.virtio_pci import Transport
+from harness.virtio.virtqueue import Buffer
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = Path(__file__).resolve().parents[2]
 #: 128 requests in flight only fit the 128-entry ring as one indirect descriptor each
 INDIRECT = ChainLayout(indirect=True)
 
@@ -114,7 +114,7 @@ def rtt_table(binary: Path, transport: Transport, seconds: float) -> Table:
     table = Table("round trips", ["measurement"], ["ops", "ops/s", "µs/op", "socket writes/op"], compare="ops/s")
     with connect(machine_config(binary, SynthFs(), transport)) as conn:
         qt, session = conn.machine.qtest, conn.session
-        status_addr = conn.transport.queue.layout.used + 2
+        status_addr = conn.driver.queue.layout.used + 2
 
         def qtest_one() -> int:
             qt.readw(status_addr)
@@ -261,19 +261,19 @@ def io_table(binary: Path, size: int, msizes: Sequence[int], paths: Sequence[str
 
 
 def _io_run(io: IoPath, export: Path, size: int, msize: int) -> tuple[Any, ...]:
-    session, transport = io.conn.session, io.conn.transport
+    session, channel, driver = io.conn.session, io.conn.channel, io.conn.driver
     session.version(msize)
     session.attach(0)
     chunk = msize - wire.IOHDRSZ
     fid = session.walk_fid(0, [])
     session.lcreate(fid, f"io-{msize}", os.O_RDWR | os.O_TRUNC, 0o600)
-    source = transport.alloc.alloc(PERIOD + chunk) if io.resident else 0
-    sink = transport.alloc.alloc(chunk) if io.resident else 0
+    source = driver.allocator.alloc(PERIOD + chunk) if io.resident else 0
+    sink = driver.allocator.alloc(chunk) if io.resident else 0
     try:
         if io.resident:  # set-up, outside the timed part: the file's bytes into guest memory once
-            transport.machine.qtest.memwrite(source, io.pattern[: PERIOD + chunk])
+            driver.qtest.memwrite(source, io.pattern[: PERIOD + chunk])
         offsets = [(offset, min(chunk, size - offset)) for offset in range(0, size, chunk)]
-        transfer_before = transport.transfer_seconds
+        transfer_before = channel.transfer_seconds
         start = time.perf_counter()
         server = sum(_io_write(io, fid, offset, length, source) for offset, length in offsets)
         wrote = time.perf_counter()
@@ -281,11 +281,11 @@ def _io_run(io: IoPath, export: Path, size: int, msize: int) -> tuple[Any, ...]:
         read_start = time.perf_counter()
         server += sum(_io_read(io, fid, offset, length, sink) for offset, length in offsets)
         done = time.perf_counter()
-        transfer = transport.transfer_seconds - transfer_before
+        transfer = channel.transfer_seconds - transfer_before
     finally:
         for block in (source, sink):
             if block:
-                transport.alloc.free(block)
+                driver.allocator.free(block)
     session.clunk(fid)
     session.clunk(0)
     (export / f"io-{msize}").unlink()
@@ -326,7 +326,7 @@ def _io_read(io: IoPath, fid: int, offset: int, length: int, sink: int) -> float
     ]
     started = time.perf_counter()
     got = io.conn.machine.qtest.memread_many([(sink + at, n) for at, n in spans])
-    io.conn.transport.transfer_seconds += time.perf_counter() - started
+    io.conn.channel.transfer_seconds += time.perf_counter() - started
     if got != [io.expected(offset + at, n) for at, n in spans]:
         raise HarnessError(f"Tread of {length} bytes at {offset}: bytes differ from those written")
     return pending.wait().server_seconds

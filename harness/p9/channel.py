@@ -1,12 +1,15 @@
-"""9P frames over virtio-9p-pci: device bring-up, one request queue, submit and complete.
+"""9P frames over a virtqueue: submit a request, poll for its completion.
 
 A request is a two-descriptor chain (the T-frame, then a writable reply buffer), laid out
 otherwise by a :class:`ChainLayout`; reply buffer, frame and any indirect table share one guest
 block.  Submission (frame, descriptors, avail ring, notify) goes to QEMU in one socket write, so a
-request is on the ring when ``submit`` returns; inside :meth:`VirtioTransport.batch` the requests
-are made available together, with one notification, when the batch ends.  Each poll of
-``used.idx`` also reads ahead the reply buffer of the request being waited for, so a fast reply
-costs no extra round trip.
+request is on the ring when ``submit`` returns; inside :meth:`Channel.batch` the requests are made
+available together, with one notification, when the batch ends.  Each poll of ``used.idx`` also
+reads ahead the reply buffer of the request being waited for, so a fast reply costs no extra
+round trip.
+
+The channel takes a brought-up :class:`~harness.virtio.driver.Driver` (guest memory, the queue,
+the device status) and a way to say what QEMU printed, never the QEMU process itself.
 """
 
 from __future__ import annotations
@@ -14,33 +17,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from harness.errors import DeviceError, DeviceNeedsReset, LeakError
-from harness.guestmem import GuestAllocator, align_up, read_ram_size
-from harness.machine import Machine
-from harness.pci import PCIBus
-from harness.virtio_pci import (
-    DEVICE_TYPE_9P,
-    F_RING_EVENT_IDX,
-    F_RING_INDIRECT_DESC,
-    STATUS_NEEDS_RESET,
-    VirtioPCI,
-    driver_ok,
-    negotiate,
-    open_virtio_pci,
-)
-from harness.virtqueue import Buffer, RingLayout, SplitVirtqueue, UsedElem
+from harness.virtio.driver import Driver
+from harness.virtio.guestmem import Region, align_up
+from harness.virtio.virtio_pci import STATUS_NEEDS_RESET
+from harness.virtio.virtqueue import Buffer, UsedElem
 
 log = logging.getLogger(__name__)
 
-F_MOUNT_TAG = 1 << 0
-#: What the harness asks for by default: the mount tag, and indirect tables (used only when a
-#: case lays a request out that way). EVENT_IDX is opt-in (``--event-idx``), as libqos masks it.
-DEFAULT_FEATURES = F_MOUNT_TAG | F_RING_INDIRECT_DESC
-REQUEST_QUEUE = 0
 #: Bytes of the awaited reply buffer read together with each poll of the used ring.
 READ_AHEAD = 512
 #: How often a silent wait checks the device status for DEVICE_NEEDS_RESET.
@@ -83,7 +71,7 @@ class ChainLayout:
 SIMPLE = ChainLayout()
 
 
-def with_tails(chain: list[Buffer], out_tail: Buffer | None, in_tail: Buffer | None) -> tuple[Buffer, ...]:
+def with_tails(chain: list[Buffer], out_tail: Region | None, in_tail: Region | None) -> tuple[Buffer, ...]:
     """``chain`` with a resident device-readable buffer after the frame's, and a resident
     device-writable one after the reply buffer's."""
     if out_tail is not None:
@@ -121,71 +109,34 @@ class Completion(NamedTuple):
     server_seconds: float = 0.0
 
 
-class VirtioTransport:
-    """The virtio-9p-pci function of one :class:`Machine`, brought up and ready for frames."""
+class Channel:
+    """9P requests over the request queue of one brought-up :class:`Driver`."""
 
-    def __init__(self, machine: Machine, *, features: int = DEFAULT_FEATURES) -> None:
-        self.machine = machine
-        self.wanted_features = features
-        self._ram_size = read_ram_size(machine.qtest)
-        self.dev = self._discover()
-        self.alloc: GuestAllocator
-        self.queue: SplitVirtqueue
-        self.features = 0
+    def __init__(self, driver: Driver, diagnostics: Callable[[], str] = str) -> None:
+        """``diagnostics()`` returns what QEMU last printed, for the error when the device asks
+        for a reset."""
+        self.driver = driver
+        self.diagnostics = diagnostics
         self._in_flight: dict[int, Request] = {}
         self._done: dict[int, Completion] = {}
         self._completed = 0
         self.abandoned = False
         self._batching = False
-        self.start()
-
-    # -- bring-up ---------------------------------------------------------------------------------
-
-    def start(self) -> None:
-        """(Re)initialise the device from reset; any previous queue and buffers are forgotten."""
-        if self.abandoned:
-            raise DeviceError("this transport was abandoned with requests in flight: start a new QEMU")
-        qt = self.machine.qtest
-        if not self.dev.pci.enabled():  # a system reset cleared PCI config space
-            self.dev = self._discover()
-        self.alloc = GuestAllocator.for_ram(self._ram_size)
-        self._in_flight.clear()
-        self._done.clear()
-        self._completed = 0
-        self.notifications = self.suppressed_notifications = 0
         #: seconds spent moving frames into guest memory and replies out of it (the harness's share)
         self.transfer_seconds = 0.0
-        #: Device status read back at each step of this bring-up: 0, 1, 3, (0xb), 0xf / 0x7.
-        self.status_history: list[int] = []
-        self.features = negotiate(self.dev, self.wanted_features, self.status_history)
-        size = self.dev.queue_size(REQUEST_QUEUE)
-        if size == 0:
-            raise DeviceError("virtio-9p request queue 0 has size 0")
-        ring = self.alloc.alloc(RingLayout.total_bytes(size))
-        self.ring_addr = ring
-        self.queue = SplitVirtqueue(qt, RingLayout.at(ring, size), REQUEST_QUEUE)
-        self.queue.clear_rings()
-        self.dev.setup_queue(REQUEST_QUEUE, self.queue.layout)
-        driver_ok(self.dev, self.status_history)
-
-    def _discover(self) -> VirtioPCI:
-        """Find, enable and map the function: once per QEMU, as a guest driver probes once. A
-        virtio reset leaves PCI config space (BARs, capabilities, command register) as it was."""
-        return open_virtio_pci(PCIBus(self.machine.qtest), DEVICE_TYPE_9P, self.machine.config.transport)
 
     def reset(self, features: int | None = None) -> None:
-        """Per-test queue reset: device reset, queue set up again, all state dropped.
+        """Per-test queue reset: device reset, queue set up again, every request forgotten.
 
         ``features`` (if given) replaces the features the driver asks for from now on.
         """
-        if features is not None:
-            self.wanted_features = features
-        self.start()
-
-    def mount_tag(self) -> str:
-        """The mount tag from device configuration: ``tag_len[2]`` (LE) then the bytes."""
-        tag_len = int.from_bytes(self.dev.read_config(0, 2), "little")
-        return self.dev.read_config(2, tag_len).decode("utf-8", "replace")
+        if self.abandoned:
+            raise DeviceError("this channel was abandoned with requests in flight: start a new QEMU")
+        self.driver.reset(features)
+        self._in_flight.clear()
+        self._done.clear()
+        self._completed = 0
+        self.transfer_seconds = 0.0
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -193,10 +144,10 @@ class VirtioTransport:
         self,
         frame: bytes,
         reply_capacity: int,
-        layout: ChainLayout = SIMPLE,
+        layout: ChainLayout | None = None,
         *,
-        out_tail: Buffer | None = None,
-        in_tail: Buffer | None = None,
+        out_tail: Region | None = None,
+        in_tail: Region | None = None,
     ) -> Request:
         """Place ``frame`` and an empty reply buffer in guest memory, make the chain available and
         notify the device (inside :meth:`batch`: when the batch ends).
@@ -206,7 +157,8 @@ class VirtioTransport:
         first ``reply_capacity`` bytes of the reply are read back.
         """
         if self.abandoned:
-            raise DeviceError("this transport was abandoned with requests in flight")
+            raise DeviceError("this channel was abandoned with requests in flight")
+        layout = layout or SIMPLE
         tails = (out_tail is not None) + (in_tail is not None)
         block, frame_at, table_at = self._place(len(frame), reply_capacity, layout, tails)
         chain = with_tails(layout.buffers(frame_at, len(frame), block, reply_capacity), out_tail, in_tail)
@@ -215,11 +167,11 @@ class VirtioTransport:
         # an entry as soon as avail.idx says so, even in the middle of our socket write. Padded up
         # to the table, so that the table's write continues this one (qtest joins them).
         padding = bytes(table_at - frame_at - len(frame)) if table_at is not None else b""
-        self.machine.qtest.memwrite(frame_at, frame + padding)
+        self.driver.qtest.memwrite(frame_at, frame + padding)
         try:
-            head = self.queue.add(chain, indirect_table=table_at, loop=layout.loop, publish=False)
+            head = self.driver.queue.add(chain, indirect_table=table_at, loop=layout.loop, publish=False)
         except DeviceError:
-            self.alloc.free(block)
+            self.driver.allocator.free(block)
             raise
         if not self._batching:
             self._publish()
@@ -236,7 +188,7 @@ class VirtioTransport:
         """One guest block for a request: the reply buffer (page-aligned), the frame, and for an
         indirect layout the descriptor table after it. Returns block, frame and table addresses."""
         table_size = 16 * (layout.max_descriptors(reply_capacity) + tails) if layout.indirect else 0
-        block = self.alloc.alloc(reply_capacity + frame_len + 16 + table_size)
+        block = self.driver.allocator.alloc(reply_capacity + frame_len + 16 + table_size)
         frame_at = block + reply_capacity
         return block, frame_at, align_up(frame_at + frame_len, 16) if layout.indirect else None
 
@@ -255,19 +207,11 @@ class VirtioTransport:
     def _publish(self) -> None:
         """Make the submitted chains available, notify the device (with VIRTIO_RING_F_EVENT_IDX
         only when avail_event asks for it) and send it all: on the ring when this returns."""
-        old = self.queue.publish()
-        if old != self.queue.avail_idx:
-            self._notify(old)
-        self.machine.qtest.flush()
-
-    def _notify(self, old_avail: int) -> None:
-        if self.features & F_RING_EVENT_IDX:
-            event = int.from_bytes(self.machine.qtest.memread(self.queue.avail_event_addr(), 2), "little")
-            if not self.queue.need_event(event, self.queue.avail_idx, old_avail):
-                self.suppressed_notifications += 1
-                return
-        self.dev.notify(REQUEST_QUEUE)
-        self.notifications += 1
+        queue = self.driver.queue
+        old = queue.publish()
+        if old != queue.avail_idx:
+            self.driver.kick(old)
+        self.driver.qtest.flush()
 
     def wait(self, request: Request, timeout: float) -> Completion | None:
         """Poll until ``request`` completes (others are kept); None after ``timeout`` seconds."""
@@ -303,9 +247,9 @@ class VirtioTransport:
         return done
 
     def _poll(self, awaited: Request | None) -> None:
-        qt = self.machine.qtest
+        qt = self.driver.qtest
         spans = [(awaited.in_addr, min(READ_AHEAD, awaited.in_size))] if awaited else []
-        elems, ahead = self.queue.poll(spans)
+        elems, ahead = self.driver.queue.poll(spans)
         seen = time.perf_counter()
         requests = [self._in_flight.pop(elem.head) for elem in elems]
         for request, elem in zip(requests, elems, strict=True):
@@ -328,14 +272,14 @@ class VirtioTransport:
             self._finish(request, elem, reply, seen - request.submitted_at)
 
     def _finish(self, request: Request, elem: UsedElem, reply: bytes, server: float) -> None:
-        self.alloc.free(request.in_addr)
+        self.driver.allocator.free(request.in_addr)
         self._done[request.head] = Completion(request, elem.length, reply, self._completed, server)
         self._completed += 1
 
     def _check_health(self) -> None:
-        status = self.dev.get_status()
+        status = self.driver.status()
         if status & STATUS_NEEDS_RESET:
-            raise DeviceNeedsReset(status, self.machine.stderr_tail())
+            raise DeviceNeedsReset(status, self.diagnostics())
 
     @property
     def in_flight(self) -> int:
@@ -367,5 +311,4 @@ class VirtioTransport:
             raise LeakError(
                 f"{len(self._in_flight)} request(s) still in flight and {len(self._done)} completion(s) never collected"
             )
-        self.queue.check_idle()
-        self.alloc.check_no_leaks(keep=frozenset({self.ring_addr}))
+        self.driver.check_idle()

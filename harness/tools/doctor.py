@@ -8,10 +8,10 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from harness import provision
 from harness.errors import HarnessError
-from harness.machine import MachineConfig
-from harness.p9.connect import connect
+from harness.qemu import provision
+from harness.qemu.machine import MachineConfig
+from harness.tools.connect import connect
 
 
 def _yes(flag: bool) -> str:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from harness import provision
 from harness.errors import ProvisionError
+from harness.qemu import provision
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = Path(__file__).resolve().parents[2]
 
 
 def run_one(binary: Path, selection: list[str], results: Path) -> dict[str, str]:

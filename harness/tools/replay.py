@@ -8,13 +8,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness import provision
-from harness.machine import FsConfig, LocalFs, MachineConfig, SynthFs
 from harness.p9 import wire
-from harness.p9.connect import connect
 from harness.p9.messages import Rlerror
 from harness.p9.session import Pending, Reply
 from harness.p9.trace import Step, read_reproducer
+from harness.qemu import provision
+from harness.qemu.machine import FsConfig, LocalFs, MachineConfig, SynthFs
+from harness.tools.connect import connect
 
 
 def _shown(reply: Reply | bytes) -> str:

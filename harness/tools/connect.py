@@ -6,26 +6,33 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from harness.machine import Machine, MachineConfig
+from harness.p9.channel import Channel
 from harness.p9.session import Session
-from harness.p9.transport import VirtioTransport
+from harness.qemu.machine import Machine, MachineConfig
+from harness.virtio.driver import Driver
 
 
 @dataclass
 class Connection:
     machine: Machine
-    transport: VirtioTransport
+    driver: Driver
+    channel: Channel
     session: Session
+
+
+def open_channel(machine: Machine) -> Channel:
+    """The virtio-9p device of a started ``machine`` brought up by our driver, as a 9P channel."""
+    return Channel(Driver(machine.qtest, machine.config.transport), machine.stderr_tail)
 
 
 @contextlib.contextmanager
 def connect(config: MachineConfig, *, msize: int | None = 8192, attach: bool = True) -> Iterator[Connection]:
     """Start QEMU, bring up the device; with ``msize`` send Tversion, with ``attach`` Tattach fid 0."""
     with Machine(config) as machine:
-        transport = VirtioTransport(machine)
-        session = Session(transport)
+        channel = open_channel(machine)
+        session = Session(channel)
         if msize is not None:
             session.version(msize)
             if attach:
                 session.attach(0)
-        yield Connection(machine, transport, session)
+        yield Connection(machine, channel.driver, channel, session)

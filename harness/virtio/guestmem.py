@@ -20,13 +20,22 @@ PCI_HOLE = 0xE0000000
 
 
 class GuestMemory(Protocol):
-    """What the virtqueue needs from guest memory.  :class:`harness.qtest.QTest` is one."""
+    """What the virtqueue needs from guest memory.  :class:`harness.qemu.qtest.QTest` is one."""
 
     def memread(self, addr: int, size: int) -> bytes: ...
 
     def memread_many(self, spans: list[tuple[int, int]]) -> list[bytes]: ...
 
     def memwrite(self, addr: int, data: bytes) -> None: ...
+
+
+class Region(Protocol):
+    """Guest memory a caller owns (a resident payload, a :class:`Buffer`): where, how long."""
+
+    @property
+    def addr(self) -> int: ...
+    @property
+    def length(self) -> int: ...
 
 
 def align_up(value: int, alignment: int) -> int:

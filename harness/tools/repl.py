@@ -107,9 +107,9 @@ class Repl(cmd.Cmd):
 
 def repl(binary: Path, backend: str, export: str | None, transport: str) -> int:
     """Start a QEMU (on local: exporting ``export``, or a new empty directory removed afterwards)."""
-    from harness.machine import LocalFs, SynthFs
-    from harness.p9.connect import connect
-    from harness.provision import usable_config
+    from harness.qemu.machine import LocalFs, SynthFs
+    from harness.qemu.provision import usable_config
+    from harness.tools.connect import connect
 
     scratch = Path(tempfile.mkdtemp(prefix="v9p-repl-")) if backend == "local" and not export else None
     fs = LocalFs(Path(export) if export else scratch) if backend == "local" else SynthFs()  # type: ignore[arg-type]

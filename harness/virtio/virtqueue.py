@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from harness.errors import DeviceError, LeakError, RingFull
-from harness.guestmem import GuestMemory, align_up
+from harness.virtio.guestmem import GuestMemory, align_up
 
 DESC_F_NEXT = 1
 DESC_F_WRITE = 2

@@ -6,7 +6,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from harness.provision import FIRMWARE_DIRS
+from harness.qemu.provision import FIRMWARE_DIRS
 
 #: The 27 cases of QEMU 7.2, by the names both suites use, in the order qos-test runs them.
 QEMU_72_CASES = (

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from harness.errors import ProvisionError
-from harness.machine import FsConfig, MachineConfig, SynthFs, die_with_parent
+from harness.qemu.machine import FsConfig, MachineConfig, SynthFs, die_with_parent
 
 PROJECT = "virtio9p-harness"
 BINARY_NAME = "qemu-system-x86_64"

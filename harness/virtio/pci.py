@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from harness.errors import DeviceError, DeviceNotFound
-from harness.guestmem import align_up
+from harness.virtio.guestmem import align_up
 
 CONFIG_ADDRESS = 0xCF8
 CONFIG_DATA = 0xCFC
@@ -39,7 +39,7 @@ MMIO_ALLOC_START, MMIO_ALLOC_END = 0xE0000000, 0x1_0000_0000
 
 
 class PortAndMemory(Protocol):
-    """The qtest operations this layer uses (a :class:`harness.qtest.QTest`)."""
+    """The qtest operations this layer uses (a :class:`harness.qemu.qtest.QTest`)."""
 
     def inb(self, port: int) -> int: ...
     def inw(self, port: int) -> int: ...

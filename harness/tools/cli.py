@@ -1,0 +1,163 @@
+"""``python -m harness``: provisioning, diagnosis and benchmarks.
+
+python -m harness qemu build [--with-qos-test]   build (once) and print the binary's path
+python -m harness qemu path                      print the binary the harness would use
+python -m harness doctor [--qemu-binary B]       what the harness sees, as a table
+python -m harness bench rtt [--qemu-binary B]    qtest and 9P round trips per second
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from harness.errors import HarnessError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    qemu = sub.add_parser("qemu", help="provision the QEMU under test")
+    qemu_sub = qemu.add_subparsers(dest="action", required=True)
+    build = qemu_sub.add_parser("build", help="build a qtest-capable QEMU from Debian's source package")
+    build.add_argument("--with-qos-test", action="store_true", help="also build QEMU's C tests/qtest/qos-test")
+    qemu_sub.add_parser("path", help="print the binary the harness would use")
+
+    doctor = sub.add_parser("doctor", help="print what the harness finds")
+    doctor.add_argument("--qemu-binary")
+
+    bench = sub.add_parser("bench", help="benchmarks")
+    bench_sub = bench.add_subparsers(dest="bench", required=True)
+
+    def common(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--qemu", action="append", help="a binary to measure (repeat to compare: B/A per row)")
+        parser.add_argument("--qemu-binary", help="the same as one --qemu")
+        parser.add_argument("--json", help="write the results to this file")
+        parser.add_argument("--plot", help="draw the results into this PNG (needs matplotlib)")
+
+    rtt = bench_sub.add_parser("rtt", help="qtest and 9P round trips per second, 1/8/32/128 in flight")
+    common(rtt)
+    rtt.add_argument("--transport", choices=("modern", "legacy"), default="modern")
+    rtt.add_argument("--seconds", type=float, default=2.0, help="time spent on each measurement")
+    readdir = bench_sub.add_parser("readdir", help="Treaddir latency on synth and on large local directories")
+    common(readdir)
+    readdir.add_argument("--files", type=int, action="append", help="local directory sizes (default 2000 10000 100000)")
+    readdir.add_argument("--msize", type=int, action="append", help="msize values (default 8192 1048576)")
+    readdir.add_argument(
+        "--count", type=int, action="append", help="split counts besides msize - 11 (default 2048: a listing in parts)"
+    )
+    readdir.add_argument("--runs", type=int, default=20, help="listings measured per row (after 2 warm-ups)")
+    readdir.add_argument("--quick", action="store_true", help="smoke mode: tiny directories, 2 runs")
+    io = bench_sub.add_parser("io", help="Twrite then Tread of a large file against msize")
+    common(io)
+    io.add_argument("--size", type=int, default=256, help="file size in MiB (default 256)")
+    io.add_argument("--msize", type=int, action="append", help="msize values (default 8 KiB … 4,186,112)")
+    io.add_argument("--quick", action="store_true", help="smoke mode: 2 MiB, two msizes")
+    io.add_argument(
+        "--through-qtest",
+        action="store_true",
+        help="also copy every payload through qtest (b64write/b64read), as the cases do, besides the default "
+        "resident payloads (written into guest memory once; only 9P headers cross the qtest socket)",
+    )
+    suite = bench_sub.add_parser("suite", help="QEMU's 27 cases: our pytest run against QEMU's qos-test")
+    suite.add_argument("--qemu-binary")
+    suite.add_argument("--rounds", type=int, default=5)
+
+    malformed = sub.add_parser("malformed-report", help="the malformed-request catalogue, run and tabulated")
+    malformed.add_argument("--qemu-binary")
+    malformed.add_argument("--transport", choices=("modern", "legacy"), default="modern")
+    malformed.add_argument("--record", action="store_true", help="store the outcomes as this QEMU's expectations")
+
+    replay = sub.add_parser("replay", help="re-send a reproducer to a fresh QEMU; report the first difference")
+    replay.add_argument("file")
+    replay.add_argument("--qemu-binary")
+
+    matrix = sub.add_parser("matrix", help="the same cases against several QEMU binaries, differences first")
+    matrix.add_argument("--qemu", action="append", required=True, help="a QEMU binary (give two or more)")
+    matrix.add_argument("selection", nargs=argparse.REMAINDER, help="pytest arguments, e.g. -k readdir")
+
+    repl = sub.add_parser("repl", help="an interactive 9P session on a fresh QEMU")
+    repl.add_argument("--qemu-binary")
+    repl.add_argument("--backend", choices=("synth", "local"), default="synth")
+    repl.add_argument("--export", help="directory to export with --backend local (default: a new empty one)")
+    repl.add_argument("--transport", choices=("modern", "legacy"), default="modern")
+
+    args = parser.parse_args(argv)
+    try:
+        return _dispatch(args)
+    except HarnessError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from harness.qemu import provision
+
+    if args.command == "qemu" and args.action == "build":
+        print(provision.build(with_qos_test=args.with_qos_test))
+        return 0
+    if args.command == "qemu" and args.action == "path":
+        binary, source = provision.find_qemu()
+        print(f"{binary}  (from {source})")
+        return 0
+    if args.command == "doctor":
+        from harness.tools.doctor import doctor
+
+        return doctor(args.qemu_binary)
+    if args.command == "bench" and args.bench in ("rtt", "readdir", "io"):
+        return _bench(args)
+    if args.command == "bench" and args.bench == "suite":
+        from harness.tools.bench import bench_suite
+
+        return bench_suite(args.qemu_binary, args.rounds)
+    if args.command == "repl":
+        from harness.tools.repl import repl as run_repl
+
+        binary, _ = provision.find_qemu(args.qemu_binary)
+        return run_repl(binary, args.backend, args.export, args.transport)
+    if args.command == "matrix":
+        from harness.tools.matrix import matrix as run_matrix
+
+        return run_matrix(args.qemu, [arg for arg in args.selection if arg != "--"])
+    if args.command == "replay":
+        from pathlib import Path
+
+        from harness.tools.replay import replay as run_replay
+
+        return run_replay(Path(args.file), args.qemu_binary)
+    if args.command == "malformed-report":
+        from harness.tools.malformed_report import report
+
+        binary, _ = provision.find_qemu(args.qemu_binary)
+        return report(binary, args.transport, args.record)
+    raise AssertionError(args)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from harness.qemu import provision
+    from harness.tools import bench
+
+    names = (args.qemu or []) + ([args.qemu_binary] if args.qemu_binary else [])
+    binaries = [provision.find_qemu(name)[0] for name in names] or [provision.find_qemu()[0]]
+    tables = []
+    for binary in binaries:
+        if args.bench == "rtt":
+            tables.append(bench.rtt_table(binary, args.transport, args.seconds))
+        elif args.bench == "readdir":
+            sizes = [20, 200] if args.quick else args.files or [2000, 10000, 100000]
+            msizes = args.msize or ([8192] if args.quick else [8192, 1 << 20])
+            counts = args.count or [2048]
+            tables.append(bench.readdir_table(binary, sizes, msizes, 2 if args.quick else args.runs, counts))
+        else:
+            msizes = args.msize or (
+                [8192, 1 << 20] if args.quick else [8192, 128 << 10, 512 << 10, 1 << 20, 2 << 20, 4186112]
+            )
+            paths = ["resident", "through qtest"] if args.through_qtest or args.quick else ["resident"]
+            tables.append(bench.io_table(binary, (2 if args.quick else args.size) << 20, msizes, paths))
+    bench.present(tables, binaries, args.json, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""``python -m harness malformed-report``: the malformed-request catalogue run on one synth QEMU,
+each entry's outcome beside the one recorded for that version; ``--record`` stores them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tabulate import tabulate
+
+from harness.errors import HarnessError
+from harness.p9 import malformed
+from harness.p9.channel import Channel
+from harness.p9.session import Session
+from harness.qemu.machine import Machine
+from harness.qemu.provision import usable_config
+from harness.virtio.driver import Driver
+
+
+def report(binary: Path, transport: str, write: bool) -> int:
+    """``python -m harness malformed-report``: run the catalogue on one synth QEMU, print it."""
+    if write and transport != "modern":
+        raise HarnessError("outcomes are recorded on the modern interface (legacy has no NEEDS_RESET bit)")
+    config, found = usable_config(binary, transport=transport)
+    version = found.version
+    before = malformed.recorded(version) or {}
+    outcomes: dict[str, str] = {}
+    rows = []
+    machine = Machine(config)
+    machine.launch()
+    try:
+        for entry in malformed.catalogue():
+            if not machine.is_running() or machine.unresponsive:
+                machine.shutdown()
+                machine = Machine(config)
+                machine.launch()
+            session = Session(Channel(Driver(machine.qtest, config.transport), machine.stderr_tail))
+            blocker = malformed.prepare(session, entry)
+            outcome = malformed.run(session, entry)
+            if outcome in ("no-reply",) or outcome.startswith("died"):
+                machine.shutdown()
+            else:
+                malformed.cleanup(session, blocker, outcome)
+            outcomes[entry.name] = outcome
+            known = malformed.as_seen_on(transport, before[entry.name]) if entry.name in before else ""
+            rows.append(
+                (entry.name, entry.what, outcome, known, "" if not known else "yes" if known == outcome else "NO")
+            )
+    finally:
+        machine.shutdown()
+    print(f"malformed requests on QEMU {version} ({binary}), {transport} transport, synth backend")
+    print(tabulate(rows, headers=("entry", "what is wrong", "outcome", "recorded", "same"), tablefmt="github"))
+    if write:
+        malformed.record(version, outcomes)
+        print(f"recorded {len(outcomes)} outcomes for QEMU {version} in {malformed.RECORDED}")
+    return 1 if any(row[4] == "NO" for row in rows) else 0

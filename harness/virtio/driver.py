@@ -1,0 +1,121 @@
+"""Our driver of one virtio-9p PCI function, as a guest kernel's would be.
+
+It finds and maps the function once per QEMU, negotiates features (virtio 1.x 3.1.1, every step
+read back), lays out the request queue in guest memory and owns the guest allocator.  The 9P
+channel (:mod:`harness.p9.channel`) sends frames through it; the cases that drive the ring,
+the interrupts or config space themselves use its public surface, documented here:
+
+- ``function``: the PCI function's virtio registers (config, ISR, queue vectors, notify)
+- ``queue``: the split virtqueue of request queue 0 (indices, free descriptors, used_event)
+- ``features``, ``status_history``: what the last bring-up negotiated and read back
+- ``notifications`` / ``suppressed_notifications``: kicks sent / left out under EVENT_IDX
+- :meth:`guest_buffer`: guest memory of one's own, freed on leaving the block
+- :meth:`reset`: device reset and a new bring-up (the per-test queue reset)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from harness.errors import DeviceError
+from harness.qemu.qtest import QTest
+from harness.virtio.guestmem import GuestAllocator, read_ram_size
+from harness.virtio.pci import PCIBus
+from harness.virtio.virtio_pci import (
+    DEVICE_TYPE_9P,
+    F_RING_EVENT_IDX,
+    F_RING_INDIRECT_DESC,
+    Transport,
+    VirtioPCI,
+    driver_ok,
+    negotiate,
+    open_virtio_pci,
+)
+from harness.virtio.virtqueue import RingLayout, SplitVirtqueue
+
+#: VIRTIO_9P_MOUNT_TAG: the device configuration carries the mount tag.
+F_MOUNT_TAG = 1 << 0
+#: What the harness asks for by default: the mount tag, and indirect tables (used only when a
+#: case lays a request out that way). EVENT_IDX is opt-in (``--event-idx``), as libqos masks it.
+DEFAULT_FEATURES = F_MOUNT_TAG | F_RING_INDIRECT_DESC
+REQUEST_QUEUE = 0
+
+
+class Driver:
+    """The virtio-9p function of one QEMU (reached through ``qtest``), brought up."""
+
+    def __init__(self, qtest: QTest, transport: Transport, *, features: int = DEFAULT_FEATURES) -> None:
+        #: guest memory, MMIO and port I/O
+        self.qtest = qtest
+        self.transport = transport
+        self.wanted_features = features
+        self._ram_size = read_ram_size(qtest)
+        self.function = self._discover()
+        self.allocator: GuestAllocator
+        self.queue: SplitVirtqueue
+        self.features = 0
+        self.start()
+
+    def _discover(self) -> VirtioPCI:
+        """Find, enable and map the function: once per QEMU, as a guest driver probes once. A
+        virtio reset leaves PCI config space (BARs, capabilities, command register) as it was."""
+        return open_virtio_pci(PCIBus(self.qtest), DEVICE_TYPE_9P, self.transport)
+
+    def start(self) -> None:
+        """(Re)initialise the device from reset; any previous queue and guest buffers are forgotten."""
+        if not self.function.pci.enabled():  # a system reset cleared PCI config space
+            self.function = self._discover()
+        self.allocator = GuestAllocator.for_ram(self._ram_size)
+        self.notifications = self.suppressed_notifications = 0
+        #: Device status read back at each step of this bring-up: 0, 1, 3, (0xb), 0xf / 0x7.
+        self.status_history: list[int] = []
+        self.features = negotiate(self.function, self.wanted_features, self.status_history)
+        size = self.function.queue_size(REQUEST_QUEUE)
+        if size == 0:
+            raise DeviceError("virtio-9p request queue 0 has size 0")
+        self.ring_addr = self.allocator.alloc(RingLayout.total_bytes(size))
+        self.queue = SplitVirtqueue(self.qtest, RingLayout.at(self.ring_addr, size), REQUEST_QUEUE)
+        self.queue.clear_rings()
+        self.function.setup_queue(REQUEST_QUEUE, self.queue.layout)
+        driver_ok(self.function, self.status_history)
+
+    def reset(self, features: int | None = None) -> None:
+        """Device reset and bring-up again; ``features`` (if given) is asked for from now on."""
+        if features is not None:
+            self.wanted_features = features
+        self.start()
+
+    def status(self) -> int:
+        """The device status register."""
+        return self.function.get_status()
+
+    def mount_tag(self) -> str:
+        """The mount tag from device configuration: ``tag_len[2]`` (LE) then the bytes."""
+        tag_len = int.from_bytes(self.function.read_config(0, 2), "little")
+        return self.function.read_config(2, tag_len).decode("utf-8", "replace")
+
+    def kick(self, old_avail: int) -> None:
+        """Notify the device of chains made available since ``old_avail``; under
+        VIRTIO_RING_F_EVENT_IDX only when the device's avail_event asks for it."""
+        if self.features & F_RING_EVENT_IDX:
+            event = int.from_bytes(self.qtest.memread(self.queue.avail_event_addr(), 2), "little")
+            if not self.queue.need_event(event, self.queue.avail_idx, old_avail):
+                self.suppressed_notifications += 1
+                return
+        self.function.notify(REQUEST_QUEUE)
+        self.notifications += 1
+
+    @contextlib.contextmanager
+    def guest_buffer(self, size: int) -> Iterator[int]:
+        """``with driver.guest_buffer(4096) as addr:`` guest memory of one's own, freed after."""
+        addr = self.allocator.alloc(size)
+        try:
+            yield addr
+        finally:
+            self.allocator.free(addr)
+
+    def check_idle(self) -> None:
+        """Raise :class:`LeakError` if a descriptor or guest buffer is still out."""
+        self.queue.check_idle()
+        self.allocator.check_no_leaks(keep=frozenset({self.ring_addr}))
