@@ -5,14 +5,14 @@ from __future__ import annotations
 import errno
 import stat
 
+from fixtures.case_path import case_path
 from fixtures.expect import expect_rlerror
-from fixtures.qos import qos
 from harness.p9 import wire
 from harness.p9.messages import Tattach
 from harness.p9.session import Session
 
 
-@qos("attach/basic", backends=["synth"])
+@case_path("attach/basic", backends=["synth"])
 def test_attach_basic(p9: Session) -> None:
     """The root qid is a directory, Tgetattr on the fid agrees, and the fid is real."""
     p9.version()
@@ -28,7 +28,7 @@ def test_attach_basic(p9: Session) -> None:
         p9.getattr(fid)  # clunked: the fid is gone
 
 
-@qos("attach/second_fid", backends=["synth"])
+@case_path("attach/second_fid", backends=["synth"])
 def test_attach_twice_same_root(p9: Session) -> None:
     """Two attaches on two fids reach the same root qid."""
     p9.version()
@@ -41,7 +41,7 @@ def test_attach_twice_same_root(p9: Session) -> None:
     p9.clunk(second)
 
 
-@qos("attach/fid_in_use", backends=["synth", "local"])
+@case_path("attach/fid_in_use", backends=["synth", "local"])
 def test_attach_fid_in_use(attached: Session) -> None:
     """Tattach with a fid already in use is EINVAL, and that fid is untouched."""
     qid = attached.getattr(0).qid

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import errno
 
+from fixtures.case_path import case_path
 from fixtures.expect import expect_rlerror
-from fixtures.qos import qos
 from harness.p9.messages import Tauth
 from harness.p9.session import Session
 
 
-@qos("auth/refused", backends=["synth", "local"])
+@case_path("auth/refused", backends=["synth", "local"])
 def test_auth_refused(attached: Session) -> None:
     """QEMU needs no authentication: Tauth is refused (EOPNOTSUPP) and afid is not created."""
     with expect_rlerror(errno.EOPNOTSUPP):

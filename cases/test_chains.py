@@ -10,10 +10,10 @@ import os
 
 import pytest
 
+from fixtures.case_path import case_path
 from fixtures.expect import expect_device_error
 from fixtures.place import Place
 from fixtures.pool import Device
-from fixtures.qos import qos
 from harness.errors import RingFull
 from harness.p9 import wire
 from harness.p9.channel import ChainLayout
@@ -41,7 +41,7 @@ def open_file(place: Place) -> int:
     return fid
 
 
-@qos("chains/{transport}/{layout}", backends=["local"], transport=TRANSPORTS, layout=list(LAYOUTS))
+@case_path("chains/{transport}/{layout}", backends=["local"], transport=TRANSPORTS, layout=list(LAYOUTS))
 def test_chain_layouts(place: Place, transport: str, layout: str) -> None:
     """A Twrite split over many out-descriptors lands on the host byte for byte, and a Tread whose
     reply is scattered over many in-descriptors reads it back byte for byte."""
@@ -56,7 +56,7 @@ def test_chain_layouts(place: Place, transport: str, layout: str) -> None:
     p9.clunk(fid)
 
 
-@qos("chains/{transport}/payload_descriptor", backends=["local"], transport=TRANSPORTS)
+@case_path("chains/{transport}/payload_descriptor", backends=["local"], transport=TRANSPORTS)
 def test_payload_in_its_own_descriptor(place: Place, device: Device, transport: str) -> None:
     """The data of a Twrite in a descriptor of its own after a 23-byte header descriptor, and a
     Tread whose data lands in a descriptor after the 11-byte Rread head (how a guest kernel passes
@@ -86,7 +86,7 @@ def send_scattered(p9: Session, descriptors: int) -> Pending[Rgetattr]:
     return p9.send(Tgetattr(fid=0, request_mask=wire.GETATTR_ALL), layout=layout, reply_capacity=reply_capacity)
 
 
-@qos("chains/{transport}/indirect_1024", backends=["synth"], transport=TRANSPORTS)
+@case_path("chains/{transport}/indirect_1024", backends=["synth"], transport=TRANSPORTS)
 def test_indirect_table_at_the_limit(attached: Session, transport: str) -> None:
     """1024 descriptors (1 out, 1023 in of 8 bytes) is VIRTQUEUE_MAX_SIZE exactly: served, the
     160-byte Rgetattr scattered over 20 of them."""
@@ -96,7 +96,7 @@ def test_indirect_table_at_the_limit(attached: Session, transport: str) -> None:
     assert pending.result().qid == p9.getattr(0).qid
 
 
-@qos("chains/{transport}/indirect_1025", backends=["synth"], transport=TRANSPORTS)
+@case_path("chains/{transport}/indirect_1025", backends=["synth"], transport=TRANSPORTS)
 def test_indirect_table_past_the_limit(attached: Session, device: Device, transport: str) -> None:
     """1025 descriptors: QEMU refuses the chain with virtio_error()."""
     p9 = attached
@@ -109,7 +109,7 @@ def test_indirect_table_past_the_limit(attached: Session, device: Device, transp
     )
 
 
-@qos("chains/{transport}/zero_sized", backends=["synth"], transport=TRANSPORTS)
+@case_path("chains/{transport}/zero_sized", backends=["synth"], transport=TRANSPORTS)
 def test_zero_sized_descriptor(attached: Session, device: Device, transport: str) -> None:
     """A zero-length descriptor in the chain: "virtio: zero sized buffers are not allowed"."""
     p9 = attached
@@ -122,7 +122,7 @@ def test_zero_sized_descriptor(attached: Session, device: Device, transport: str
     )
 
 
-@qos("chains/{transport}/direct_longer_than_queue", backends=["synth"], transport=TRANSPORTS)
+@case_path("chains/{transport}/direct_longer_than_queue", backends=["synth"], transport=TRANSPORTS)
 def test_direct_chain_longer_than_the_queue(attached: Session, device: Device, transport: str) -> None:
     """129 direct descriptors cannot exist in a 128-entry table: our driver refuses the chain with
     RingFull and writes nothing, and the device is untouched."""
@@ -135,7 +135,7 @@ def test_direct_chain_longer_than_the_queue(attached: Session, device: Device, t
     assert p9.getattr(0).qid.type == wire.QTDIR
 
 
-@qos("chains/{transport}/looped", backends=["synth"], transport=TRANSPORTS)
+@case_path("chains/{transport}/looped", backends=["synth"], transport=TRANSPORTS)
 def test_looped_chain(attached: Session, device: Device, transport: str) -> None:
     """The only way to hand the device a longer direct chain: a loop. QEMU stops after the table
     size with "Looped descriptor"."""

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import errno
 
+from fixtures.case_path import case_path
 from fixtures.expect import expect_rlerror
-from fixtures.qos import qos
 from harness.p9.session import Session
 
 
-@qos("clunk/twice", backends=["synth", "local"])
+@case_path("clunk/twice", backends=["synth", "local"])
 def test_clunk_twice(attached: Session) -> None:
     """The second Tclunk of a fid finds nothing: ENOENT."""
     fid = attached.walk_fid(0, [])

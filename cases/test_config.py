@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from fixtures.case_path import case_path
 from fixtures.pool import Device
-from fixtures.qos import qos
 from harness.virtio.driver import F_MOUNT_TAG
 
 
-@qos("config")
+@case_path("config")
 def test_config(device: Device) -> None:
     """ "The tag is encoded in UTF-8 and padded with 0s" is not done by QEMU: tag_len is exact.
 

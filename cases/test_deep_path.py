@@ -8,8 +8,8 @@ import os
 
 import pytest
 
+from fixtures.case_path import case_path
 from fixtures.place import Place
-from fixtures.qos import qos
 from harness.errors import P9Rlerror
 from harness.p9 import wire
 from synth_tree import NAME_MAX
@@ -28,7 +28,7 @@ def level_name(level: int) -> str:
     "into the deepest directory gets ENOENT; upstream added local/deep_absolute_path with the fix",
     raises=P9Rlerror,
 )
-@qos("deep_absolute_path", backends=["local"])
+@case_path("deep_absolute_path", backends=["local"])
 def test_deep_absolute_path(place: Place) -> None:
     """Tmkdir and Twalk one level at a time to 257 levels (65,792 bytes), then Tgetattr on the
     deepest fid: the qid Tmkdir returned, a directory, and the chain exists on the host."""
@@ -36,7 +36,7 @@ def test_deep_absolute_path(place: Place) -> None:
     build_and_check(place, DEPTH)
 
 
-@qos("deep_path/below_64k", backends=["local"])
+@case_path("deep_path/below_64k", backends=["local"])
 def test_deep_path_below_64k(place: Place) -> None:
     """The same just below 64 KiB (250 levels, 64,000 bytes plus the case directory): must work on
     every version, which pins a failure of the case above to the 16-bit boundary."""

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from fixtures.qos import qos
+from fixtures.case_path import case_path
 from harness.p9.messages import Rflush, Rwrite, Tflush, Twrite
 from harness.p9.session import Session
 
@@ -21,7 +21,7 @@ def open_flush_file(p9: Session) -> int:
 
 
 @pytest.mark.needs_synth_tree
-@qos("flush/success", backends=["synth"])
+@case_path("flush/success", backends=["synth"])
 def test_flush_success(attached: Session) -> None:
     """A write that blocks (first byte 1) is cancelled: its descriptor comes back with length 0
     before the Rflush, and Rflush carries the Tflush tag."""
@@ -39,7 +39,7 @@ def test_flush_success(attached: Session) -> None:
 
 
 @pytest.mark.needs_synth_tree
-@qos("flush/ignored", backends=["synth"])
+@case_path("flush/ignored", backends=["synth"])
 def test_flush_ignored(attached: Session) -> None:
     """A write that completes at once (first byte 0) is answered normally, and its Rwrite comes
     before the Rflush."""
@@ -55,7 +55,7 @@ def test_flush_ignored(attached: Session) -> None:
 
 
 @pytest.mark.needs_synth_tree
-@qos("flush/after_completion", backends=["synth"])
+@case_path("flush/after_completion", backends=["synth"])
 def test_flush_after_completion(attached: Session) -> None:
     """Flushing a tag whose request already finished gets a plain Rflush, and the tag works for
     the next request."""

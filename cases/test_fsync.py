@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 
+from fixtures.case_path import case_path
 from fixtures.place import Place
-from fixtures.qos import qos
 from harness.p9.messages import Rfsync, Tfsync
 
 
-@qos("fsync/basic", backends=["local"])
+@case_path("fsync/basic", backends=["local"])
 def test_fsync(place: Place) -> None:
     """Tfsync on an open fid, data and datasync alike, after a write that is then on the host."""
     p9 = place.session

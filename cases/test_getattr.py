@@ -6,14 +6,14 @@ from __future__ import annotations
 import os
 import stat
 
+from fixtures.case_path import case_path
 from fixtures.place import Place
-from fixtures.qos import qos
 from harness.p9 import wire
 
 GEN = 0x1000
 
 
-@qos("getattr/valid_{mask}", backends=["local"], mask=[0, 0x1, wire.GETATTR_BASIC, GEN, wire.GETATTR_ALL])
+@case_path("getattr/valid_{mask}", backends=["local"], mask=[0, 0x1, wire.GETATTR_BASIC, GEN, wire.GETATTR_ALL])
 def test_getattr_valid_mask(place: Place, mask: int) -> None:
     """Whatever is asked, BASIC comes back; GEN only when asked for."""
     place.host_path("f").write_bytes(b"x")
@@ -23,7 +23,7 @@ def test_getattr_valid_mask(place: Place, mask: int) -> None:
     place.session.clunk(fid)
 
 
-@qos("getattr/fields", backends=["local"])
+@case_path("getattr/fields", backends=["local"])
 def test_getattr_fields_match_the_host(place: Place) -> None:
     """size, nlink, blocks, mtime and the inode (qid.path) are the host file's; the qid is the one
     the walk returned."""

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from fixtures.case_path import case_path
 from fixtures.pool import Device
-from fixtures.qos import qos
 from harness.p9 import wire
 from harness.p9.session import Session
 from harness.virtio.driver import DEFAULT_FEATURES
@@ -20,7 +20,7 @@ IRQ = 11
 
 @pytest.mark.fresh_qemu  # qtest allows one IRQ intercept per QEMU process
 @pytest.mark.virtio_features(DEFAULT_FEATURES)  # an interrupt per completion: no EVENT_IDX
-@qos("irq/intx/{transport}", backends=["synth"], transport=["modern", "legacy"])
+@case_path("irq/intx/{transport}", backends=["synth"], transport=["modern", "legacy"])
 def test_intx(attached: Session, device: Device, transport: str) -> None:
     """A completion raises the INTx line; the ISR reads 1 once, then 0, and the read lowers the
     line; no completion, no interrupt."""
@@ -47,7 +47,7 @@ def test_intx(attached: Session, device: Device, transport: str) -> None:
 
 @pytest.mark.fresh_qemu  # MSI-X stays enabled in PCI config space across a virtio reset
 @pytest.mark.virtio_features(DEFAULT_FEATURES)  # an interrupt per completion: no EVENT_IDX
-@qos("irq/msix/{transport}", backends=["synth"], transport=["modern", "legacy"])
+@case_path("irq/msix/{transport}", backends=["synth"], transport=["modern", "legacy"])
 def test_msix(attached: Session, device: Device, transport: str) -> None:
     """With MSI-X enabled and queue 0 on vector 0, each completion is a message: the vector's data
     written to its address (here a guest page we watch). With the vector removed (NO_VECTOR), a
@@ -74,7 +74,7 @@ def test_msix(attached: Session, device: Device, transport: str) -> None:
 
 @pytest.mark.fresh_qemu  # MSI-X stays enabled in PCI config space across a virtio reset
 @pytest.mark.virtio_features(DEFAULT_FEATURES | F_RING_EVENT_IDX)
-@qos("irq/used_event/{transport}", backends=["synth"], transport=["modern", "legacy"])
+@case_path("irq/used_event/{transport}", backends=["synth"], transport=["modern", "legacy"])
 def test_used_event(attached: Session, device: Device, transport: str) -> None:
     """With VIRTIO_RING_F_EVENT_IDX the device interrupts only when used.idx passes used_event
     (virtio 1.x 2.7.10, vring_need_event): a used_event ahead of the next completion gets no

@@ -7,13 +7,13 @@ import errno
 import os
 import stat
 
+from fixtures.case_path import case_path
 from fixtures.expect import expect_rlerror
 from fixtures.place import Place
-from fixtures.qos import qos
 from harness.p9 import wire
 
 
-@qos("create_file", backends=["local"])
+@case_path("create_file", backends=["local"])
 def test_create_file(place: Place) -> None:
     """A regular file on the host with the mode asked for; the fid is now the open file (a write
     through it lands in the host file byte for byte, and moves qid.version); iounit follows
@@ -42,7 +42,7 @@ def test_create_file(place: Place) -> None:
     p9.clunk(fid)
 
 
-@qos("lcreate/name_{case}", backends=["local"], case=["dot", "dotdot", "empty", "slash"])
+@case_path("lcreate/name_{case}", backends=["local"], case=["dot", "dotdot", "empty", "slash"])
 def test_lcreate_bad_names(place: Place, case: str) -> None:
     """'.' and '..' exist already (EEXIST); an empty name or one with '/' is no name (ENOENT); the
     directory is unchanged and the fid still stands on it."""
@@ -59,7 +59,7 @@ def test_lcreate_bad_names(place: Place, case: str) -> None:
     p9.clunk(fid)
 
 
-@qos("lcreate/existing", backends=["local"])
+@case_path("lcreate/existing", backends=["local"])
 def test_lcreate_existing_without_excl(place: Place) -> None:
     """Without O_EXCL an existing name is opened, not replaced: same inode, content kept."""
     p9 = place.session

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from fixtures.case_path import case_path
 from fixtures.place import Place
-from fixtures.qos import qos
 
 
-@qos("hardlink_file", backends=["local"])
+@case_path("hardlink_file", backends=["local"])
 def test_hardlink_file(place: Place) -> None:
     """Both names are one inode on the host; the server reports nlink 2 for both and the same
     qid; data written through one name reads back through the other."""

@@ -8,10 +8,10 @@ import os
 
 import pytest
 
+from fixtures.case_path import case_path
 from fixtures.expect import expect_rlerror
 from fixtures.place import Place
 from fixtures.pool import Device
-from fixtures.qos import qos
 from harness.errors import QEMUExited
 from harness.p9.messages import Tgetlock, Tlock
 from harness.p9.session import Session
@@ -34,7 +34,7 @@ def lock(p9: Session, fid: int, kind: int, proc_id: int) -> int:
     return int(p9.rpc(Tlock(fid=fid, type=kind, flags=0, start=0, length=0, proc_id=proc_id, client_id="c")).status)
 
 
-@qos("lock/basic", backends=["local"])
+@case_path("lock/basic", backends=["local"])
 def test_lock_and_unlock(place: Place) -> None:
     """A write lock, its release, and Tgetlock on a free range answering UNLCK."""
     p9 = place.session
@@ -52,7 +52,7 @@ def test_lock_and_unlock(place: Place) -> None:
     reason="v9fs_lock() takes no lock on the host and answers every Tlock with SUCCESS, and "
     "v9fs_getlock() always answers UNLCK: conflicting locks from two fids are both granted",
 )
-@qos("lock/conflict", backends=["local"])
+@case_path("lock/conflict", backends=["local"])
 def test_lock_conflict_between_fids(place: Place) -> None:
     """A write lock held through one fid: a conflicting Tlock through another is BLOCKED, and
     Tgetlock there describes the holder."""
@@ -81,7 +81,7 @@ def test_lock_conflict_between_fids(place: Place) -> None:
     reason="v9fs_lock()/v9fs_getlock() never check that the fid was opened: a lock on a walked, "
     "unopened fid is granted",
 )
-@qos("lock/unopened_fid/{message}", message=["Tlock", "Tgetlock"])
+@case_path("lock/unopened_fid/{message}", message=["Tlock", "Tgetlock"])
 def test_lock_on_an_unopened_fid(attached: Session, device: Device, message: str) -> None:
     """A record lock needs an open file, as fcntl(2) needs an open descriptor: a fid that was only
     walked gets EBADF, and QEMU lives on."""

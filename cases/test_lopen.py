@@ -8,15 +8,15 @@ import os
 
 import pytest
 
+from fixtures.case_path import case_path
 from fixtures.expect import expect_rlerror
 from fixtures.place import Place
-from fixtures.qos import qos
 from harness.p9 import wire
 from harness.p9.session import Session
 
 
 @pytest.mark.needs_synth_tree
-@qos("lopen/basic", backends=["synth"])
+@case_path("lopen/basic", backends=["synth"])
 def test_lopen_basic(attached: Session) -> None:
     """Rlopen's qid is the walked file's qid, and iounit is the largest multiple of the
     filesystem block size that fits msize - P9_IOHDRSZ (QEMU's get_iounit)."""
@@ -33,7 +33,7 @@ def test_lopen_basic(attached: Session) -> None:
 
 
 @pytest.mark.needs_synth_tree
-@qos("lopen/directory", backends=["synth"])
+@case_path("lopen/directory", backends=["synth"])
 def test_lopen_directory(attached: Session) -> None:
     """A directory opens with O_DIRECTORY and keeps its directory qid."""
     p9 = attached
@@ -44,7 +44,7 @@ def test_lopen_directory(attached: Session) -> None:
     p9.clunk(fid)
 
 
-@qos("lopen/flags", backends=["local"])
+@case_path("lopen/flags", backends=["local"])
 def test_lopen_flags_are_enforced(place: Place) -> None:
     """A fid opened O_RDONLY reads but cannot write (EBADF); O_WRONLY writes but cannot read."""
     p9 = place.session
@@ -64,7 +64,7 @@ def test_lopen_flags_are_enforced(place: Place) -> None:
         p9.clunk(fid)
 
 
-@qos("lopen/twice", backends=["local"])
+@case_path("lopen/twice", backends=["local"])
 def test_lopen_twice(place: Place) -> None:
     """A fid is opened once: a second Tlopen is EINVAL and the first open keeps working."""
     p9 = place.session
@@ -82,7 +82,7 @@ def test_lopen_twice(place: Place) -> None:
     reason="v9fs_open() opens any directory with opendir() whatever the flags, so O_WRONLY on a "
     "directory succeeds (open(2) says EISDIR)",
 )
-@qos("lopen/directory_for_writing", backends=["local"])
+@case_path("lopen/directory_for_writing", backends=["local"])
 def test_lopen_directory_for_writing(place: Place) -> None:
     """Opening a directory for writing is EISDIR, as open(2)."""
     p9 = place.session

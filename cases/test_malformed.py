@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from fixtures.case_path import case_path
 from fixtures.devices import QemuUnderTest
 from fixtures.pool import Device
-from fixtures.qos import qos
 from harness.p9 import malformed, wire
 from harness.p9.session import Session
 
@@ -17,7 +17,7 @@ ENTRIES = {entry.name: entry for entry in malformed.catalogue()}
 
 
 @pytest.mark.needs_synth_tree
-@qos("malformed/{entry}", backends=["synth"], entry=list(ENTRIES))
+@case_path("malformed/{entry}", backends=["synth"], entry=list(ENTRIES))
 def test_malformed(p9: Session, device: Device, qemu_under_test: QemuUnderTest, entry: str) -> None:
     item = ENTRIES[entry]
     blocker = malformed.prepare(p9, item)

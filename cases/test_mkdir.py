@@ -5,13 +5,13 @@ from __future__ import annotations
 import errno
 import stat
 
+from fixtures.case_path import case_path
 from fixtures.expect import expect_rlerror
 from fixtures.place import Place
-from fixtures.qos import qos
 from harness.p9 import wire
 
 
-@qos("create_dir", backends=["local"])
+@case_path("create_dir", backends=["local"])
 def test_create_dir(place: Place) -> None:
     """The directory exists on the host, Rmkdir's qid is the one a walk finds, the mode asked for
     is the mode reported (mapped-xattr keeps it in user.virtfs.mode), and a second Tmkdir of the

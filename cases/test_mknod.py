@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import stat
 
+from fixtures.case_path import case_path
 from fixtures.place import Place
-from fixtures.qos import qos
 from harness.p9 import wire
 from harness.p9.messages import Qid, Tmknod
 
@@ -16,7 +16,7 @@ def mknod(place: Place, name: str, mode: int, major: int = 0, minor: int = 0) ->
     return place.session.rpc(Tmknod(dfid=place.fid, name=name, mode=mode, major=major, minor=minor, gid=0)).qid
 
 
-@qos("mknod/{kind}", backends=["local"], kind=["regular", "fifo", "char"])
+@case_path("mknod/{kind}", backends=["local"], kind=["regular", "fifo", "char"])
 def test_mknod(place: Place, kind: str) -> None:
     """The node exists, its qid is what a walk finds, Tgetattr reports the type, mode and (for a
     device) rdev asked for; on the host it is a regular file (mapped-xattr never makes real

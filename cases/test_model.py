@@ -12,8 +12,8 @@ import errno
 import os
 from typing import Any
 
+from fixtures.case_path import case_path
 from fixtures.place import Place
-from fixtures.qos import qos
 from harness.errors import P9Rlerror
 from harness.p9 import wire
 from harness.p9.messages import Trenameat
@@ -178,7 +178,7 @@ def build(session: Session, base: int, base_name: str) -> type:
     return SessionAgainstModel
 
 
-@qos("model/session", backends=["local"])
+@case_path("model/session", backends=["local"])
 def test_session_against_a_model(place: Place, pytestconfig: Any) -> None:
     """Every reply of a random session agrees with the in-memory model of the tree."""
     from hypothesis import HealthCheck, settings

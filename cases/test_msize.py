@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from fixtures.case_path import case_path
 from fixtures.expect import expect_device_error
 from fixtures.place import Place
 from fixtures.pool import Device
-from fixtures.qos import qos
 from harness.errors import DeviceNeedsReset
 from harness.p9 import wire
 from harness.p9.channel import ChainLayout
@@ -55,7 +55,7 @@ def reversion(p9: Session, msize: int) -> None:
     p9.attach(0)
 
 
-@qos("msize/large/{transport}/{msize}", backends=["local"], transport=["modern", "legacy"], msize=SIZES)
+@case_path("msize/large/{transport}/{msize}", backends=["local"], transport=["modern", "legacy"], msize=SIZES)
 def test_large_msize(place: Place, transport: str, msize: int) -> None:
     """Up to the virtio limit the msize asked for is granted, and a full-msize payload goes out and
     comes back byte for byte, in single descriptors."""
@@ -64,7 +64,7 @@ def test_large_msize(place: Place, transport: str, msize: int) -> None:
     full_circle(p9, place, None)
 
 
-@qos(
+@case_path(
     "msize/pages/{transport}/{msize}", backends=["local"], transport=["modern", "legacy"], msize=[1 << 20, VIRTIO_LIMIT]
 )
 def test_large_msize_in_pages(place: Place, transport: str, msize: int) -> None:
@@ -82,7 +82,7 @@ def test_large_msize_in_pages(place: Place, transport: str, msize: int) -> None:
     "the transport limit since 2026",
     raises=(AssertionError, DeviceNeedsReset),
 )
-@qos("msize/above_limit", backends=["local"], transport=["modern"])
+@case_path("msize/above_limit", backends=["local"], transport=["modern"])
 def test_msize_above_the_virtio_limit(place: Place, transport: str) -> None:
     """Asked for 8 MiB, the server grants at most 4,186,112, and a full-msize payload in pages then
     works."""
@@ -105,7 +105,7 @@ def reversion_place(place: Place, msize: int) -> int:
     return fid
 
 
-@qos("msize/reply_too_big/{transport}/{message}", backends=["synth"], transport=["modern", "legacy"],
+@case_path("msize/reply_too_big/{transport}/{message}", backends=["synth"], transport=["modern", "legacy"],
      message=["Tgetattr", "Tversion"])  # fmt: skip
 def test_reply_larger_than_the_buffer(attached: Session, device: Device, transport: str, message: str) -> None:
     """A reply that does not fit the in-buffer the driver gave is a device error, not a truncated

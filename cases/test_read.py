@@ -8,8 +8,8 @@ import os
 
 import pytest
 
+from fixtures.case_path import case_path
 from fixtures.place import Place
-from fixtures.qos import qos
 from harness.errors import DeviceNeedsReset
 from harness.p9 import wire
 
@@ -23,7 +23,7 @@ def file_with_data(place: Place) -> tuple[int, int]:
     return fid, int(place.session.lopen(fid, os.O_RDONLY).iounit)
 
 
-@qos("read/basic", backends=["local"])
+@case_path("read/basic", backends=["local"])
 def test_read_basic(place: Place) -> None:
     """Reads at offsets return exactly the host bytes; past EOF returns count 0."""
     p9 = place.session
@@ -43,7 +43,7 @@ def test_read_basic(place: Place) -> None:
     '("VirtFS reply type 117 needs 16395 bytes, buffer has 8192") and breaks the device',
     raises=DeviceNeedsReset,
 )
-@qos("read/count_above_msize", backends=["local"], transport=["modern"])
+@case_path("read/count_above_msize", backends=["local"], transport=["modern"])
 def test_read_count_above_msize(place: Place, transport: str) -> None:
     """A count above msize - 24 gets at most msize - 24 bytes, the first ones of the file."""
     p9 = place.session
@@ -54,7 +54,7 @@ def test_read_count_above_msize(place: Place, transport: str) -> None:
     p9.clunk(fid)
 
 
-@qos("read/above_iounit", backends=["local"])
+@case_path("read/above_iounit", backends=["local"])
 def test_read_above_iounit(place: Place) -> None:
     """iounit only promises what is atomic: a Tread above it but within msize - 24 is served in
     full, byte for byte."""

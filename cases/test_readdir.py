@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.case_path import case_path
 from fixtures.expect import expect_rlerror
 from fixtures.place import Place
 from fixtures.pool import Device
-from fixtures.qos import qos
 from harness.p9 import wire
 from harness.p9.messages import Dirent, Rreaddir, Tclunk, Twalk
 from harness.p9.session import Session
@@ -69,7 +69,7 @@ def check_listing(place: Place, node: Node, replies: list[Rreaddir]) -> list[Dir
 
 
 @pytest.mark.needs_synth_tree
-@qos("readdir/basic")
+@case_path("readdir/basic")
 def test_readdir_basic(place: Place) -> None:
     """One Treaddir with count msize - 11 returns the whole of ReadDirDir (102 entries with '.' and
     '..'); the next one, at the last offset, returns count 0. Each entry's qid.path is what a walk
@@ -103,7 +103,7 @@ def test_readdir_basic(place: Place) -> None:
 
 
 @pytest.mark.needs_synth_tree
-@qos("readdir/offsets")
+@case_path("readdir/offsets")
 def test_readdir_offsets_continue(place: Place) -> None:
     """Each entry's offset, passed back as Treaddir's offset, continues right after that entry."""
     p9 = place.session
@@ -117,7 +117,7 @@ def test_readdir_offsets_continue(place: Place) -> None:
 
 
 @pytest.mark.needs_synth_tree
-@qos("readdir/split_{count}", count=SPLIT_COUNTS)
+@case_path("readdir/split_{count}", count=SPLIT_COUNTS)
 def test_readdir_split(place: Place, count: int) -> None:
     """Read with a small count, each next Treaddir at the last entry's offset: the same listing as
     in one go; no reply above count; and each reply is full: the entry that starts the next reply
@@ -137,7 +137,7 @@ def test_readdir_split(place: Place, count: int) -> None:
 
 @pytest.mark.needs_synth_tree
 @pytest.mark.fresh_qemu  # QEMU warns once per process
-@qos("readdir/count_clamp")
+@case_path("readdir/count_clamp")
 def test_readdir_count_clamp(
     p9: Session, device: Device, backend: str, local_export: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -149,7 +149,7 @@ def test_readdir_count_clamp(
     node = readdir_dir(300) if backend == "local" else READDIR_DIR
     fid = open_dir(place, node)
     limit = p9.msize - wire.RREADDIR_HEADER
-    mark = device.machine.stderr_mark()
+    mark = device.machine.output_mark()
     first = p9.readdir(fid, 0, 0xFFFFFFFF).entries
     second = p9.readdir(fid, 0, 0xFFFFFFFF).entries
     used = sum(size_of(entry) for entry in first)
@@ -158,13 +158,13 @@ def test_readdir_count_clamp(
     if backend == "local":
         following = p9.readdir(fid, first[-1].offset, limit).entries[0]
         assert used + size_of(following) > limit, "the clamped reply was not filled to msize - 11"
-    assert device.machine.stderr_since(mark).count(CLAMP_WARNING) == 1
+    assert device.machine.output_since(mark).count(CLAMP_WARNING) == 1
     p9.clunk(fid)
     place.close(passed=True)
     p9.clunk(0)
 
 
-@qos("readdir/on_file_fid", backends=["local"])
+@case_path("readdir/on_file_fid", backends=["local"])
 def test_readdir_on_a_file(place: Place, device: Device) -> None:
     """Treaddir on a fid opened as a file is an error (ENOTDIR), never a crash (QEMU <= 9.1 crashed
     here; Debian's 7.2 carries the fix), with QEMU's "bad client" warning; the fid still reads."""
@@ -172,9 +172,9 @@ def test_readdir_on_a_file(place: Place, device: Device) -> None:
     place.host_path("f").write_bytes(b"data")
     fid = p9.walk_fid(place.fid, ["f"])
     p9.lopen(fid, os.O_RDONLY)
-    mark = device.machine.stderr_mark()
+    mark = device.machine.output_mark()
     with expect_rlerror(errno.ENOTDIR):
         p9.readdir(fid)
-    assert "T_readdir on non-directory stream" in device.machine.stderr_since(mark)
+    assert "T_readdir on non-directory stream" in device.machine.output_since(mark)
     assert p9.read(fid, 0, 10).data == b"data"
     p9.clunk(fid)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import errno
 
+from fixtures.case_path import case_path
 from fixtures.expect import expect_rlerror
 from fixtures.place import Place
-from fixtures.qos import qos
 from harness.p9.messages import Tremove
 
 
-@qos("remove/{outcome}", backends=["local"], outcome=["removed", "refused"])
+@case_path("remove/{outcome}", backends=["local"], outcome=["removed", "refused"])
 def test_remove_clunks_the_fid(place: Place, outcome: str) -> None:
     """Tremove clunks its fid whether or not the removal worked; a non-empty directory stays."""
     p9 = place.session

@@ -3,8 +3,8 @@ Trenameat: "rename olddirfid/oldname to newdirfid/newname" (diod protocol.md).""
 
 from __future__ import annotations
 
+from fixtures.case_path import case_path
 from fixtures.place import Place
-from fixtures.qos import qos
 from harness.p9.messages import Trename, Trenameat
 
 
@@ -15,7 +15,7 @@ def two_dirs(place: Place) -> tuple[int, int]:
     return place.session.walk_fid(place.fid, ["a"]), place.session.walk_fid(place.fid, ["b"])
 
 
-@qos("renameat/{target}", backends=["local"], target=["new", "existing"])
+@case_path("renameat/{target}", backends=["local"], target=["new", "existing"])
 def test_renameat_across_directories(place: Place, target: str) -> None:
     """The object moves with its content and inode; an existing target is replaced."""
     p9 = place.session
@@ -34,7 +34,7 @@ def test_renameat_across_directories(place: Place, target: str) -> None:
         p9.clunk(f)
 
 
-@qos("rename/fid", backends=["local"])
+@case_path("rename/fid", backends=["local"])
 def test_rename_by_fid(place: Place) -> None:
     """Trename moves the object the fid stands on, and the fid keeps working on it."""
     p9 = place.session

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from fixtures.case_path import case_path
 from fixtures.expect import expect_rlerror
 from fixtures.pool import Device, MachinePool
-from fixtures.qos import qos
 from harness.errors import QEMUError, RingFull
 from harness.p9 import wire
 from harness.p9.channel import SIMPLE, ChainLayout
@@ -72,7 +72,7 @@ def flush_one_by_one(p9: Session, blocked: list[Pending[Rwrite]], layout: ChainL
 
 
 @pytest.mark.needs_synth_tree
-@qos("ring/exhaust/{transport}/{fill}", backends=["synth"], transport=TRANSPORTS, fill=PARTIAL)
+@case_path("ring/exhaust/{transport}/{fill}", backends=["synth"], transport=TRANSPORTS, fill=PARTIAL)
 def test_ring_partly_filled(attached: Session, device: Device, transport: str, fill: str) -> None:
     """n blocked requests: QEMU holds all n (x-query-virtio-queue-status "inuse", and its
     last-avail-idx is our avail.idx), and each is freed by its own Tflush."""
@@ -90,7 +90,9 @@ def test_ring_partly_filled(attached: Session, device: Device, transport: str, f
 
 @pytest.mark.needs_synth_tree
 @pytest.mark.fresh_qemu  # its blocked requests can only end with the process
-@qos("ring/exhaust/{transport}/{mode}_full", backends=["synth"], transport=TRANSPORTS, mode=["direct", "indirect"])
+@case_path(
+    "ring/exhaust/{transport}/{mode}_full", backends=["synth"], transport=TRANSPORTS, mode=["direct", "indirect"]
+)
 def test_ring_full_is_refused_by_the_driver(attached: Session, device: Device, transport: str, mode: str) -> None:
     """64 two-descriptor chains or 128 indirect ones fill the ring. QEMU takes every one of them
     (its PDU free-list off-by-one once dropped the 128th), and the next submission, even a Tflush,
@@ -119,7 +121,7 @@ def test_ring_full_is_refused_by_the_driver(attached: Session, device: Device, t
     "main loop wedges (a guest can hang QEMU this way)",
     raises=QEMUError,
 )
-@qos("ring/exhaust/{transport}/reset", backends=["synth"], transport=TRANSPORTS)
+@case_path("ring/exhaust/{transport}/reset", backends=["synth"], transport=TRANSPORTS)
 def test_ring_full_then_reset(attached: Session, device: Device, transport: str) -> None:
     """All 128 slots blocked and no Tflush fits: a device reset must bring back a clean device."""
     p9 = attached
@@ -132,7 +134,7 @@ def test_ring_full_then_reset(attached: Session, device: Device, transport: str)
     assert Session(device.channel).version().msize == 8192
 
 
-@qos("ring/recycle/{transport}", backends=["synth"], transport=TRANSPORTS)
+@case_path("ring/recycle/{transport}", backends=["synth"], transport=TRANSPORTS)
 def test_ring_recycle(attached: Session, device: Device, transport: str) -> None:
     """Ten times the queue size of sequential requests in one session: descriptors come back from
     the used ring every time (libqos runs out after 64)."""
@@ -146,7 +148,7 @@ def test_ring_recycle(attached: Session, device: Device, transport: str) -> None
 
 
 @pytest.mark.needs_synth_tree
-@qos("ring/out_of_order/{transport}", backends=["synth"], transport=TRANSPORTS)
+@case_path("ring/out_of_order/{transport}", backends=["synth"], transport=TRANSPORTS)
 def test_ring_out_of_order(attached: Session, transport: str) -> None:
     """A blocked write, then fast requests: the fast replies come first and each is matched to its
     request by descriptor head and tag; the write comes back last, flushed."""
@@ -166,7 +168,7 @@ def test_ring_out_of_order(attached: Session, transport: str) -> None:
     p9.clunk(fid)
 
 
-@qos("ring/reset/{transport}", backends=["synth"], transport=TRANSPORTS)
+@case_path("ring/reset/{transport}", backends=["synth"], transport=TRANSPORTS)
 def test_per_test_reset(machine_pool: MachinePool, machine_config: MachineConfig, transport: str) -> None:
     """The per-test queue reset, proven: a session leaves fids open and the ring full of completions
     the driver never collected; the pool's reset for the next case keeps the same QEMU, walks the
@@ -196,7 +198,7 @@ def test_per_test_reset(machine_pool: MachinePool, machine_config: MachineConfig
 
 
 @pytest.mark.virtio_features(DEFAULT_FEATURES | F_RING_EVENT_IDX)
-@qos("ring/event_idx/{transport}", backends=["synth"], transport=TRANSPORTS)
+@case_path("ring/event_idx/{transport}", backends=["synth"], transport=TRANSPORTS)
 def test_event_idx(attached: Session, device: Device, transport: str) -> None:
     """With VIRTIO_RING_F_EVENT_IDX the driver notifies only when avail_event asks for it
     (vring_need_event), and no request is lost for a skipped notification: bursts of 32 pipelined
@@ -214,7 +216,7 @@ def test_event_idx(attached: Session, device: Device, transport: str) -> None:
     assert driver.notifications >= 1
 
 
-@qos("ring/burst/{transport}", backends=["synth"], transport=TRANSPORTS)
+@case_path("ring/burst/{transport}", backends=["synth"], transport=TRANSPORTS)
 def test_ring_burst(attached: Session, transport: str) -> None:
     """128 requests in one socket write, four times: each answered under its own tag with its own
     reply (QEMU pops entries while the write is still arriving: a driver that published an entry

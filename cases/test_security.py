@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from fixtures.case_path import case_path
 from fixtures.expect import expect_rlerror
 from fixtures.place import Place
 from fixtures.pool import Device
-from fixtures.qos import qos
 from harness.errors import P9Rlerror
 from harness.p9 import wire
 from harness.p9.messages import Rlerror, Tmknod, Tsetattr
@@ -24,7 +24,7 @@ from harness.p9.wire import TMessage
 SPECIAL_FILE_WARNING = "9p: broken or compromised client detected; attempt to open special file"
 
 
-@qos("security/dotdot_chain")
+@case_path("security/dotdot_chain")
 def test_dotdot_never_leaves_the_root(attached: Session, backend: str, local_export: Any) -> None:
     """'..' from the root, twenty times in one walk, gives the root's qid each time, also after
     the root's mtime changed (QEMU once compared the whole stat and let '..' out)."""
@@ -46,7 +46,7 @@ def test_dotdot_never_leaves_the_root(attached: Session, backend: str, local_exp
         p9.clunk(newfid)
 
 
-@qos("security/dotdot_from_below", backends=["local"])
+@case_path("security/dotdot_from_below", backends=["local"])
 def test_dotdot_from_a_subdirectory(place: Place) -> None:
     """'..' from the case's directory is the export root, and one more '..' stays there."""
     p9 = place.session
@@ -62,7 +62,7 @@ def host_state(path: str) -> tuple[int, int, int]:
     return st.st_mode, st.st_uid, st.st_mtime_ns
 
 
-@qos("security/symlink_escape/{security_model}/{target}", backends=["local"],
+@case_path("security/symlink_escape/{security_model}/{target}", backends=["local"],
      security_model=["passthrough", "mapped-xattr"], target=["root", "etc"])  # fmt: skip
 def test_symlink_out_of_the_export(place: Place, security_model: str, target: str) -> None:
     """A symlink to / or /etc: Twalk does not follow it (the walk stops at the link), Tgetattr
@@ -94,7 +94,7 @@ def test_symlink_out_of_the_export(place: Place, security_model: str, target: st
     p9.clunk(link)
 
 
-@qos("security/special_file/{security_model}", backends=["local"],
+@case_path("security/special_file/{security_model}", backends=["local"],
      security_model=["passthrough", "mapped-xattr", "mapped-file", "none"])  # fmt: skip
 def test_host_fifo_is_not_opened(place: Place, device: Device, security_model: str) -> None:
     """CVE-2023-2861: a FIFO that exists on the host inside the export is refused at Tlopen with
@@ -102,14 +102,14 @@ def test_host_fifo_is_not_opened(place: Place, device: Device, security_model: s
     p9 = place.session
     os.mkfifo(place.host_path("fifo"))
     fid = p9.walk_fid(place.fid, ["fifo"])
-    mark = device.machine.stderr_mark()
+    mark = device.machine.output_mark()
     with expect_rlerror(errno.ENXIO):
         p9.lopen(fid, os.O_RDONLY)
-    assert SPECIAL_FILE_WARNING in device.machine.stderr_since(mark)
+    assert SPECIAL_FILE_WARNING in device.machine.output_since(mark)
     p9.clunk(fid)
 
 
-@qos(
+@case_path(
     "security/mknod_nodes_stay_files/{security_model}",
     backends=["local"],
     security_model=["mapped-xattr", "mapped-file"],
@@ -135,7 +135,7 @@ def test_mknod_special_nodes_are_plain_files_on_the_host(place: Place, security_
     "special files: Tmknod fails with ENXIO and the node is gone",
     raises=P9Rlerror,
 )
-@qos("security/mknod_fifo_passthrough", backends=["local"], security_model=["passthrough"])
+@case_path("security/mknod_fifo_passthrough", backends=["local"], security_model=["passthrough"])
 def test_mknod_fifo_on_passthrough(place: Place, security_model: str) -> None:
     """Making a FIFO is allowed (only opening one is refused): Tmknod succeeds and the host has it."""
     p9 = place.session
@@ -143,7 +143,7 @@ def test_mknod_fifo_on_passthrough(place: Place, security_model: str) -> None:
     assert stat.S_ISFIFO(place.host_path("fifo").lstat().st_mode)
 
 
-@qos("security/virtfs_metadata/{operation}", backends=["local"], security_model=["mapped-file"],
+@case_path("security/virtfs_metadata/{operation}", backends=["local"], security_model=["mapped-file"],
      operation=["readdir", "walk", "mkdir", "lcreate"])  # fmt: skip
 def test_mapped_file_metadata_is_out_of_reach(place: Place, security_model: str, operation: str) -> None:
     """With security_model=mapped-file QEMU keeps metadata in .virtfs_metadata directories: the
@@ -196,7 +196,7 @@ STRING_MESSAGES = [
 ]
 
 
-@qos("security/empty_strings/{message}", backends=["local", "synth"], message=STRING_MESSAGES)
+@case_path("security/empty_strings/{message}", backends=["local", "synth"], message=STRING_MESSAGES)
 def test_empty_strings_do_not_crash(place: Place, device: Device, message: str) -> None:
     """CVE-2016-8578: every string field empty (name, target, uname, client_id ...): an answer,
     reply or Rlerror, and QEMU alive with a working session afterwards."""

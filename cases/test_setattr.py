@@ -9,8 +9,8 @@ import time
 
 import pytest
 
+from fixtures.case_path import case_path
 from fixtures.place import Place
-from fixtures.qos import qos
 from harness.p9.messages import Tsetattr
 
 MODE, UID, GID, SIZE, ATIME, MTIME, ATIME_SET, MTIME_SET = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20, 0x80, 0x100
@@ -46,7 +46,7 @@ MODELS = ["mapped-xattr", "passthrough", "none"]
     "file-type bits makes Tgetattr report a file of no type (0o640, not S_IFREG|0o640); Linux's client "
     "always sends the type bits, which hides it",
 )
-@qos("setattr/mode/{security_model}", backends=["local"], security_model=MODELS)
+@case_path("setattr/mode/{security_model}", backends=["local"], security_model=MODELS)
 def test_setattr_mode(place: Place, security_model: str) -> None:
     """Permission bits are set and reported back, with the file type (S_IFREG) kept, as chmod(2)
     keeps it. The client sends what the protocol calls the mode: permission bits only."""
@@ -56,7 +56,7 @@ def test_setattr_mode(place: Place, security_model: str) -> None:
     place.session.clunk(fid)
 
 
-@qos("setattr/uid_gid", backends=["local"])
+@case_path("setattr/uid_gid", backends=["local"])
 def test_setattr_owner(place: Place) -> None:
     """uid and gid are set and reported back (mapped-xattr keeps them in user.virtfs.*)."""
     fid = file_fid(place)
@@ -66,7 +66,7 @@ def test_setattr_owner(place: Place) -> None:
     place.session.clunk(fid)
 
 
-@qos("setattr/size_{change}", backends=["local"], change=["down", "up"])
+@case_path("setattr/size_{change}", backends=["local"], change=["down", "up"])
 def test_setattr_size(place: Place, change: str) -> None:
     """Truncation keeps the first bytes; extension adds zeros; the host file agrees."""
     fid = file_fid(place)
@@ -78,7 +78,7 @@ def test_setattr_size(place: Place, change: str) -> None:
     place.session.clunk(fid)
 
 
-@qos("setattr/times_set", backends=["local"])
+@case_path("setattr/times_set", backends=["local"])
 def test_setattr_times_given(place: Place) -> None:
     """With ATIME_SET/MTIME_SET the given times, to the nanosecond."""
     fid = file_fid(place)
@@ -91,7 +91,7 @@ def test_setattr_times_given(place: Place) -> None:
     place.session.clunk(fid)
 
 
-@qos("setattr/times_now", backends=["local"])
+@case_path("setattr/times_now", backends=["local"])
 def test_setattr_times_now(place: Place) -> None:
     """Without the *_SET bits the server's current time, whatever the fields say."""
     fid = file_fid(place)

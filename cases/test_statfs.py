@@ -7,8 +7,8 @@ import os
 
 import pytest
 
+from fixtures.case_path import case_path
 from fixtures.place import Place
-from fixtures.qos import qos
 from synth_tree import ROOT
 
 
@@ -17,7 +17,7 @@ def factor(msize: int, bsize: int) -> int:
     return max(1, (msize - 24) // bsize)
 
 
-@qos("statfs/basic", backends=["local"])
+@case_path("statfs/basic", backends=["local"])
 def test_statfs_matches_the_host(place: Place) -> None:
     """Block size and counts are the host filesystem's in QEMU's scaled units; inode count and name
     length are the host's; free counts are within what other processes may change meanwhile."""
@@ -37,7 +37,7 @@ def test_statfs_matches_the_host(place: Place) -> None:
 
 
 @pytest.mark.needs_synth_tree
-@qos("statfs/synth", backends=["synth"])
+@case_path("statfs/synth", backends=["synth"])
 def test_statfs_synth(place: Place) -> None:
     """The synth backend reports its own filesystem: type 0xABCD, 512-byte blocks (scaled), one
     inode per node of the tree, NAME_MAX."""

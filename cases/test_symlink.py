@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import stat
 
+from fixtures.case_path import case_path
 from fixtures.place import Place
-from fixtures.qos import qos
 from harness.p9 import wire
 
 
-@qos("symlink_file", backends=["local"])
+@case_path("symlink_file", backends=["local"])
 def test_symlink_file(place: Place) -> None:
     """The link exists on the host (with mapped-xattr: a regular file holding the target), its qid
     says symlink, Treadlink gives the target back and Tgetattr reports S_IFLNK."""

@@ -6,13 +6,13 @@ from __future__ import annotations
 import errno
 import os
 
+from fixtures.case_path import case_path
 from fixtures.expect import expect_rlerror
 from fixtures.place import Place
-from fixtures.qos import qos
 from harness.p9 import wire
 
 
-@qos("unlinkat_dir", backends=["local"])
+@case_path("unlinkat_dir", backends=["local"])
 def test_unlinkat_dir(place: Place) -> None:
     """AT_REMOVEDIR removes an empty directory; refused cases change nothing: without the flag
     EISDIR, a non-empty directory ENOTEMPTY; a second removal ENOENT."""
@@ -35,7 +35,7 @@ def test_unlinkat_dir(place: Place) -> None:
         p9.unlinkat(place.fid, "02", wire.AT_REMOVEDIR)
 
 
-@qos("unlinkat_file", backends=["local"])
+@case_path("unlinkat_file", backends=["local"])
 def test_unlinkat_file(place: Place) -> None:
     """The file is gone from the host and from the server's view; its directory stays."""
     p9 = place.session
@@ -48,7 +48,7 @@ def test_unlinkat_file(place: Place) -> None:
     p9.clunk(dfid)
 
 
-@qos("unlinkat_symlink", backends=["local"])
+@case_path("unlinkat_symlink", backends=["local"])
 def test_unlinkat_symlink(place: Place) -> None:
     """Removing the link leaves its target alone."""
     p9 = place.session
@@ -61,7 +61,7 @@ def test_unlinkat_symlink(place: Place) -> None:
     p9.clunk(dfid)
 
 
-@qos("unlinkat_hardlink", backends=["local"])
+@case_path("unlinkat_hardlink", backends=["local"])
 def test_unlinkat_hardlink(place: Place) -> None:
     """Removing one of two names leaves the other with its data and nlink back at 1."""
     p9 = place.session
@@ -77,7 +77,7 @@ def test_unlinkat_hardlink(place: Place) -> None:
     p9.clunk(dfid)
 
 
-@qos("use_after_unlink", backends=["local"])
+@case_path("use_after_unlink", backends=["local"])
 def test_use_after_unlink(place: Place) -> None:
     """A file opened before Tunlinkat: Tgetattr still works (nlink 0), a write of msize/2 bytes is
     done in full and reads back byte for byte; a fid that was only walked, not opened, is dead."""

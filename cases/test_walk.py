@@ -8,9 +8,9 @@ import errno
 
 import pytest
 
+from fixtures.case_path import case_path
 from fixtures.expect import expect_rlerror
 from fixtures.place import Place
-from fixtures.qos import qos
 from harness.p9 import wire
 from harness.p9.messages import Rwalk, Twalk
 from harness.p9.session import Session
@@ -24,7 +24,7 @@ def assert_unused(p9: Session, fid: int) -> None:
 
 
 @pytest.mark.needs_synth_tree
-@qos("walk/basic")
+@case_path("walk/basic")
 def test_walk_basic(place: Place) -> None:
     """All 16 names of the WALK chain in one Twalk: 16 directory qids, all different, and the new
     fid stands on the last of them."""
@@ -50,7 +50,7 @@ def test_walk_basic(place: Place) -> None:
 
 
 @pytest.mark.needs_synth_tree
-@qos("walk/too_many_names")
+@case_path("walk/too_many_names")
 def test_walk_17_names(place: Place) -> None:
     """nwname above MAXWELEM (16) is refused with EINVAL, and newfid is not created."""
     p9 = place.session
@@ -60,7 +60,7 @@ def test_walk_17_names(place: Place) -> None:
     assert_unused(p9, 100)
 
 
-@qos("walk/no_slash")
+@case_path("walk/no_slash")
 def test_walk_no_slash(place: Place) -> None:
     """A name containing '/' is illegal: ENOENT, and newfid stays unused."""
     p9 = place.session
@@ -69,7 +69,7 @@ def test_walk_no_slash(place: Place) -> None:
     assert_unused(p9, 100)
 
 
-@qos("walk/none")
+@case_path("walk/none")
 def test_walk_none(attached: Session) -> None:
     """nwname = 0 clones the fid: no qid in Rwalk, and newfid is the same file as fid."""
     p9 = attached
@@ -83,7 +83,7 @@ def test_walk_none(attached: Session) -> None:
     assert p9.getattr(0).qid == root_qid  # the original is untouched
 
 
-@qos("walk/dotdot_from_root")
+@case_path("walk/dotdot_from_root")
 def test_walk_dotdot_from_root(attached: Session) -> None:
     """'..' at the root of the export stays at the root (it never leaves the export)."""
     p9 = attached
@@ -95,7 +95,7 @@ def test_walk_dotdot_from_root(attached: Session) -> None:
     p9.clunk(fid)
 
 
-@qos("walk/non_existent")
+@case_path("walk/non_existent")
 def test_walk_non_existent(place: Place) -> None:
     """The first element fails: Rlerror ENOENT (not an empty Rwalk), newfid unused."""
     p9 = place.session
@@ -105,7 +105,7 @@ def test_walk_non_existent(place: Place) -> None:
 
 
 @pytest.mark.needs_synth_tree
-@qos("walk/2nd_non_existent")
+@case_path("walk/2nd_non_existent")
 def test_walk_2nd_non_existent(place: Place) -> None:
     """A later element fails: Rwalk with the qids of the walked prefix; newfid is not created."""
     p9 = place.session
@@ -125,7 +125,7 @@ def test_walk_2nd_non_existent(place: Place) -> None:
     assert_unused(p9, 101)
 
 
-@qos("walk/name_{case}", case=["empty", "slash_only"])
+@case_path("walk/name_{case}", case=["empty", "slash_only"])
 def test_walk_illegal_names(place: Place, case: str) -> None:
     """An empty name and "/" are no names: ENOENT, newfid unused."""
     p9 = place.session

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from fixtures.qos import qos
+from fixtures.case_path import case_path
 from harness.p9 import wire
 from harness.p9.session import Session
 
@@ -19,7 +19,7 @@ QEMU_WRITE_COUNT = 2048
 
 
 @pytest.mark.needs_synth_tree
-@qos("write/basic", backends=["synth"])
+@case_path("write/basic", backends=["synth"])
 def test_write_basic(attached: Session) -> None:
     """As QEMU's case: 2048 zero bytes at offset 0, all reported written (the WRITE file takes one
     byte per call, so the server looped 2048 times)."""
@@ -31,7 +31,7 @@ def test_write_basic(attached: Session) -> None:
 
 
 @pytest.mark.needs_synth_tree
-@qos("write/size_{size}", backends=["synth"], size=SIZES)
+@case_path("write/size_{size}", backends=["synth"], size=SIZES)
 def test_write_sizes(attached: Session, size: int) -> None:
     """From one byte to the largest payload a message of msize holds, at an offset too."""
     p9 = attached

@@ -8,9 +8,9 @@ from __future__ import annotations
 import errno
 import os
 
+from fixtures.case_path import case_path
 from fixtures.expect import expect_rlerror
 from fixtures.place import Place
-from fixtures.qos import qos
 from harness.p9.messages import Tsetattr, Txattrcreate, Txattrwalk
 
 XATTR_CREATE, XATTR_REPLACE = 1, 2
@@ -33,7 +33,7 @@ def create(place: Place, name: str, value: bytes, flags: int = 0, size: int | No
     return fid
 
 
-@qos("xattr/walk_list", backends=["local"])
+@case_path("xattr/walk_list", backends=["local"])
 def test_xattr_list(place: Place) -> None:
     """An empty name lists the names, NUL-terminated, without QEMU's own user.virtfs.* ones."""
     p9 = place.session
@@ -49,7 +49,7 @@ def test_xattr_list(place: Place) -> None:
         p9.clunk(f)
 
 
-@qos("xattr/walk_get", backends=["local"])
+@case_path("xattr/walk_get", backends=["local"])
 def test_xattr_get(place: Place) -> None:
     """A name reads its value; a missing one is ENODATA; QEMU's own are ENODATA too."""
     p9 = place.session
@@ -64,7 +64,7 @@ def test_xattr_get(place: Place) -> None:
         p9.clunk(f)
 
 
-@qos("xattr/create_{mode}", backends=["local"], mode=["new", "replace", "remove"])
+@case_path("xattr/create_{mode}", backends=["local"], mode=["new", "replace", "remove"])
 def test_xattr_create(place: Place, mode: str) -> None:
     """The value is committed at Tclunk, byte for byte on the host; size 0 removes it."""
     host = place.host_path("f")
@@ -79,7 +79,7 @@ def test_xattr_create(place: Place, mode: str) -> None:
         assert "user.color" not in os.listxattr(host)
 
 
-@qos("xattr/create_flags", backends=["local"])
+@case_path("xattr/create_flags", backends=["local"])
 def test_xattr_create_flags_are_checked_at_clunk(place: Place) -> None:
     """XATTR_CREATE on an existing name is EEXIST and XATTR_REPLACE on a missing one ENODATA, both
     at Tclunk (where QEMU commits), and neither changes anything."""
@@ -93,7 +93,7 @@ def test_xattr_create_flags_are_checked_at_clunk(place: Place) -> None:
     assert os.getxattr(host, "user.color") == b"blue" and "user.missing" not in os.listxattr(host)
 
 
-@qos("xattr/too_big", backends=["local"])
+@case_path("xattr/too_big", backends=["local"])
 def test_xattr_too_big(place: Place) -> None:
     """attr_size above 64 KiB (XATTR_SIZE_MAX) is refused at once with E2BIG."""
     p9 = place.session
@@ -104,7 +104,7 @@ def test_xattr_too_big(place: Place) -> None:
     p9.clunk(fid)
 
 
-@qos("xattr/partial_write", backends=["local"])
+@case_path("xattr/partial_write", backends=["local"])
 def test_xattr_partial_write(place: Place) -> None:
     """Fewer bytes written than attr_size: Tclunk fails with EINVAL and nothing is set."""
     fid = create(place, "user.part", b"abc", size=10)
@@ -113,7 +113,7 @@ def test_xattr_partial_write(place: Place) -> None:
     assert "user.part" not in os.listxattr(place.host_path("f"))
 
 
-@qos("xattr/wild_offset", backends=["local"])
+@case_path("xattr/wild_offset", backends=["local"])
 def test_xattr_wild_offset(place: Place) -> None:
     """A write beyond attr_size is refused (QEMU: ENOSPC); one that overlaps the end is cut to fit."""
     p9 = place.session
@@ -125,7 +125,7 @@ def test_xattr_wild_offset(place: Place) -> None:
         p9.clunk(fid)
 
 
-@qos("xattr/protected_names", backends=["local"])
+@case_path("xattr/protected_names", backends=["local"])
 def test_xattr_cannot_forge_metadata(place: Place) -> None:
     """A client cannot write QEMU's user.virtfs.* metadata (that would forge mode or owner)."""
     fid = create(place, "user.virtfs.mode", b"\0\0\0\0")

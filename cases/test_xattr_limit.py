@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from fixtures.case_path import case_path
 from fixtures.place import Place
-from fixtures.qos import qos
 from harness.errors import P9Rlerror
 from harness.p9.messages import Txattrwalk
 from harness.p9.session import Session
@@ -29,7 +29,7 @@ def open_xattr_fids(p9: Session, fid: int, count: int) -> list[int]:
 
 
 @pytest.mark.fsdev(max_xattr=LIMIT)
-@qos("xattr_limit/custom", backends=["local"])
+@case_path("xattr_limit/custom", backends=["local"])
 def test_xattr_limit_custom(place: Place) -> None:
     """With max_xattr=100, 100 xattr fids open and the 101st is refused; clunking one makes room."""
     p9 = place.session
@@ -42,7 +42,7 @@ def test_xattr_limit_custom(place: Place) -> None:
 
 
 @pytest.mark.fsdev(max_xattr=0)
-@qos("xattr_limit/unlimited", backends=["local"])
+@case_path("xattr_limit/unlimited", backends=["local"])
 def test_xattr_limit_unlimited(place: Place) -> None:
     """max_xattr=0 means no cap: three times the custom limit all open."""
     p9 = place.session

@@ -50,12 +50,12 @@ class QEMUError(HarnessError):
     """A problem with the QEMU process itself; carries argv, exit status and stderr tail."""
 
     def __init__(
-        self, message: str, *, argv: Sequence[str] = (), status: int | None = None, stderr_tail: str = ""
+        self, message: str, *, argv: Sequence[str] = (), status: int | None = None, output_tail: str = ""
     ) -> None:
         self.message = message
         self.argv = list(argv)
         self.status = status
-        self.stderr_tail = stderr_tail
+        self.output_tail = output_tail
         super().__init__(self._render())
 
     def _render(self) -> str:
@@ -64,8 +64,8 @@ class QEMUError(HarnessError):
             parts.append(f"exit status: {describe_status(self.status)}")
         if self.argv:
             parts.append("argv: " + " ".join(self.argv))
-        if self.stderr_tail:
-            parts.append("stderr tail:\n" + self.stderr_tail.rstrip())
+        if self.output_tail:
+            parts.append("stderr tail:\n" + self.output_tail.rstrip())
         return "\n".join(parts)
 
     @property
@@ -135,12 +135,12 @@ class NegotiationError(DeviceError):
 class DeviceNeedsReset(DeviceError):
     """The device set DEVICE_NEEDS_RESET: QEMU called virtio_error()."""
 
-    def __init__(self, status: int, stderr_tail: str = "") -> None:
+    def __init__(self, status: int, output_tail: str = "") -> None:
         self.status = status
-        self.stderr_tail = stderr_tail
+        self.output_tail = output_tail
         message = f"virtio device status {status:#04x} has DEVICE_NEEDS_RESET (0x40) set"
-        if stderr_tail:
-            message += "\nQEMU stderr:\n" + stderr_tail.rstrip()
+        if output_tail:
+            message += "\nQEMU stderr:\n" + output_tail.rstrip()
         super().__init__(message)
 
 

@@ -103,7 +103,7 @@ def test_qemu_refusing_to_start_is_quoted(
     bad = config(qemu_under_test, **change)
     with pytest.raises(QEMUStartError) as info:
         Machine(bad).launch()
-    assert message in info.value.stderr_tail, info.value.stderr_tail
+    assert message in info.value.output_tail, info.value.output_tail
     assert info.value.status == 1
     assert str(info.value).count("argv: " + str(qemu_under_test.binary)) == 1
 
@@ -171,9 +171,9 @@ def _our_qemus(marker: str, *, probes: bool = False) -> list[int]:
 CASE = textwrap.dedent(
     """
     import os, time
-    from fixtures.qos import qos
+    from fixtures.case_path import case_path
 
-    @qos("fault/sleeper", backends=["synth", "local"])
+    @case_path("fault/sleeper", backends=["synth", "local"])
     def test_sleeper(attached):
         attached.clunk(0)
         open(os.path.join(os.environ["TMPDIR"], f"sleeping-{os.getpid()}"), "w").close()
@@ -256,14 +256,14 @@ def _assert_no_qemu(tmp_path: Path) -> None:
 KILLER = textwrap.dedent(
     """
     import os, signal
-    from fixtures.qos import qos
+    from fixtures.case_path import case_path
 
-    @qos("fault/killed", backends=["synth"])
+    @case_path("fault/killed", backends=["synth"])
     def test_a_killed(attached, device):
         os.kill(device.machine.pid, signal.SIGKILL)
         attached.getattr(0)
 
-    @qos("fault/after", backends=["synth"])
+    @case_path("fault/after", backends=["synth"])
     def test_b_after(attached, device):
         assert attached.getattr(0).qid.type == 0x80
     """
@@ -299,9 +299,9 @@ def test_blocked_request_does_not_poison_the_next_case(tmp_path: Path, qemu_unde
         import pytest
         from harness.errors import P9Timeout
         from harness.p9.messages import Twrite
-        from fixtures.qos import qos
+        from fixtures.case_path import case_path
 
-        @qos("fault/blocked", backends=["synth"])
+        @case_path("fault/blocked", backends=["synth"])
         def test_a_blocked(attached):
             fid = attached.walk_fid(0, ["FLUSH"])
             attached.lopen(fid, 1)
@@ -309,7 +309,7 @@ def test_blocked_request_does_not_poison_the_next_case(tmp_path: Path, qemu_unde
                 attached.send(Twrite(fid=fid, offset=0, data=b"\\x01")).result(timeout=0.2)
             assert False, "leave the request in flight"
 
-        @qos("fault/next", backends=["synth"])
+        @case_path("fault/next", backends=["synth"])
         def test_b_next(attached):
             assert attached.getattr(0).qid.type == 0x80
         """
@@ -324,7 +324,7 @@ def test_thousand_resets_stay_flat(qemu_under_test: QemuUnderTest) -> None:
     guest memory, file descriptors and threads end exactly where they started."""
     with Machine(config(qemu_under_test)) as machine:
         driver = Driver(machine.qtest, machine.config.transport)
-        channel = Channel(driver, machine.stderr_tail)
+        channel = Channel(driver, machine.output_tail)
 
         def one_case() -> None:
             channel.reset()

@@ -16,7 +16,7 @@ from harness.p9.messages import Tversion
 from harness.p9.session import Session
 from harness.qemu.qtest import QTest
 from tests.fakes import FakeQTestPeer, b64
-from tests.test_session import FakeTransport, server
+from tests.test_session import FakeChannel, server
 from tests.test_wire import sample
 
 
@@ -139,7 +139,7 @@ def test_a_session_given_garbage_replies_raises_only_p9_errors(garbage: bytes) -
     def hostile(tag: int, request: wire.Message) -> bytes | None:
         return server(tag, request) if isinstance(request, Tversion) else garbage
 
-    session = Session(FakeTransport(hostile), timeout=0.01)
+    session = Session(FakeChannel(hostile), timeout=0.01)
     session.version()
     with contextlib.suppress(P9Error):
         session.getattr(0)

@@ -59,21 +59,21 @@ def test_fresh_qemu_marker_gives_a_process_of_its_own(tmp_path: Path, qemu_under
     source = textwrap.dedent(
         """
         import pytest
-        from fixtures.qos import qos
+        from fixtures.case_path import case_path
 
         PIDS = []
 
-        @qos("a", backends=["synth"])
+        @case_path("a", backends=["synth"])
         def test_a_shared(device):
             PIDS.append(device.machine.pid)
 
         @pytest.mark.fresh_qemu
-        @qos("b", backends=["synth"])
+        @case_path("b", backends=["synth"])
         def test_b_fresh(device):
             PIDS.append(device.machine.pid)
             assert PIDS[0] != PIDS[1]
 
-        @qos("c", backends=["synth"])
+        @case_path("c", backends=["synth"])
         def test_c_shared_again(device):
             assert device.machine.pid == PIDS[0]
         """
@@ -92,19 +92,19 @@ def test_the_shared_qemus_of_the_selected_cases_run_before_the_first_case(
         """
         import os
         import pytest
-        from fixtures.qos import qos
+        from fixtures.case_path import case_path
 
-        @qos("a", backends=["synth", "local"])
+        @case_path("a", backends=["synth", "local"])
         def test_a(device, machine_pool):
             assert machine_pool.starts == int(os.environ["STARTED"])  # all, before the first case
 
         @pytest.mark.fresh_qemu
-        @qos("b", backends=["synth"])
+        @case_path("b", backends=["synth"])
         def test_b_fresh(device, machine_pool):
             assert machine_pool.starts == int(os.environ["STARTED"])
 
         @pytest.mark.fsdev(security_model="none")
-        @qos("c", backends=["local"])
+        @case_path("c", backends=["local"])
         def test_c_a_configuration_of_its_own(device, machine_pool):
             assert machine_pool.starts == int(os.environ["STARTED"])
         """

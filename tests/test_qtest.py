@@ -120,7 +120,7 @@ def test_lost_hook_turns_disconnect_into_its_error(peer: FakeQTestPeer) -> None:
 
     def explain(err: QTestError) -> Exception:
         seen.append(err)
-        return QEMUExited("QEMU died", argv=["qemu"], status=-9, stderr_tail="boom")
+        return QEMUExited("QEMU died", argv=["qemu"], status=-9, output_tail="boom")
 
     qt = QTest(peer.ours, timeout=0.5, on_lost=explain)
     peer.close()

@@ -35,7 +35,7 @@ from harness.virtio.virtqueue import Buffer
 Answer = Callable[[int, wire.Message], bytes | None]
 
 
-class FakeTransport:
+class FakeChannel:
     """Completes each request at once with ``answer(request)``; None means never."""
 
     def __init__(self, answer: Answer) -> None:
@@ -92,7 +92,7 @@ def server(tag: int, request: wire.Message) -> bytes | None:
 
 @pytest.fixture
 def session() -> Session:
-    return Session(FakeTransport(server), timeout=0.01)
+    return Session(FakeChannel(server), timeout=0.01)
 
 
 def state(session: Session) -> State:
@@ -154,7 +154,7 @@ def test_timeout_names_the_request(session: Session) -> None:
 
 
 def test_tags_are_reused_after_completion_and_distinct_while_pending() -> None:
-    session = Session(FakeTransport(server))
+    session = Session(FakeChannel(server))
     session.version()
     first = session.send(Tclunk(fid=1))
     second = session.send(Tclunk(fid=2))
@@ -182,7 +182,7 @@ def test_history_shows_both_directions(session: Session) -> None:
 def test_raw_frames_go_out_unchanged(session: Session) -> None:
     frame = wire.with_size(wire.encode(Tversion(msize=8192, version="9P2000.L"), wire.NOTAG), 99)
     session.send_raw(frame)
-    assert session.transport.sent[-1] == frame  # type: ignore[attr-defined]
+    assert session.channel.sent[-1] == frame  # type: ignore[attr-defined]
 
 
 def test_done_never_waits_and_turns_true_once_a_reply_is_known(session: Session) -> None:

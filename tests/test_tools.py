@@ -21,16 +21,16 @@ CASES = textwrap.dedent(
     """
     import errno
     from fixtures.expect import expect_rlerror
-    from fixtures.qos import qos
+    from fixtures.case_path import case_path
 
-    @qos("tools/walks", backends=["synth"])
+    @case_path("tools/walks", backends=["synth"])
     def test_a_walks(attached):
         fid = attached.walk_fid(0, ["WALK0"])
         attached.clunk(fid)
         with expect_rlerror(errno.ENOENT):
             attached.walk(0, ["nope"], 2)
 
-    @qos("tools/deliberately_wrong", backends=["synth"])
+    @case_path("tools/deliberately_wrong", backends=["synth"])
     def test_b_deliberately_wrong(attached):
         with expect_rlerror(errno.ENOENT):  # WALK0 exists: this case fails on purpose
             attached.walk(0, ["WALK0"], 1)

@@ -80,7 +80,7 @@ NO_TAG = -1
 
 
 class Done(Protocol):
-    """A completed request as the transport reports it."""
+    """A completed request as the channel reports it."""
 
     @property
     def used_len(self) -> int: ...
@@ -92,9 +92,9 @@ class Done(Protocol):
     def server_seconds(self) -> float: ...
 
 
-class FrameTransport(Protocol):
+class FrameChannel(Protocol):
     """What the session sends frames through (:class:`harness.p9.channel.Channel`, or a test's
-    fake). ``layout`` and the handle are the transport's own: the session passes them on."""
+    fake). ``layout`` and the handle are the channel's own: the session passes them on."""
 
     def batch(self) -> contextlib.AbstractContextManager[None]: ...
     def submit(
@@ -149,7 +149,7 @@ class Pending(Generic[R]):
 
     @property
     def head(self) -> int:
-        """Where the transport put this request (the channel: its descriptor head)."""
+        """Where the channel put this request (its descriptor head)."""
         head: int = self.handle.head
         return head
 
@@ -158,7 +158,7 @@ class Pending(Generic[R]):
 
     def done(self) -> bool:
         """Whether the reply is known to be there (an earlier poll found it); never waits."""
-        return self._reply is not None or self.session.transport.completed(self.handle)
+        return self._reply is not None or self.session.channel.completed(self.handle)
 
     def wait(self, timeout: float | None = None) -> Reply:
         """Wait for the device to return the buffer; no checks on what it holds."""
@@ -184,10 +184,10 @@ class Pending(Generic[R]):
 
 
 class Session:
-    """One 9P conversation over a transport.  Close it (or use ``with``) to check for leaks."""
+    """One 9P conversation over a channel.  Close it (or use ``with``) to check for leaks."""
 
-    def __init__(self, transport: FrameTransport, *, timeout: float = DEFAULT_TIMEOUT) -> None:
-        self.transport = transport
+    def __init__(self, channel: FrameChannel, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.channel = channel
         self.timeout = timeout
         self.state = State.NEW
         self.msize = 0
@@ -254,7 +254,7 @@ class Session:
 
     def batch(self) -> contextlib.AbstractContextManager[None]:
         """``with session.batch(): ...``: the requests sent inside reach QEMU in one socket write."""
-        return self.transport.batch()
+        return self.channel.batch()
 
     def rpc(self, request: TMessage[R], /, **options: Any) -> R:
         """``send`` then ``result``: the typed reply."""
@@ -278,7 +278,7 @@ class Session:
         if hexlog.isEnabledFor(logging.DEBUG):
             hexlog.debug("--> %s", frame.hex())
         try:
-            handle = self.transport.submit(frame, capacity, layout, **tails)
+            handle = self.channel.submit(frame, capacity, layout, **tails)
         except HarnessError as err:
             err.add_note(f"while sending {request or f'raw frame {frame[:32].hex()}'}")
             note = f"not sent: {type(err).__name__}"
@@ -292,7 +292,7 @@ class Session:
     def _complete(self, pending: Pending[Any], timeout: float | None) -> Reply:
         limit = self.timeout if timeout is None else timeout
         try:
-            completion = self.transport.wait(pending.handle, limit)
+            completion = self.channel.wait(pending.handle, limit)
         except HarnessError as err:
             err.add_note(f"while waiting for the reply to {pending.describe()} (tag {pending.tag})")
             raise

@@ -34,10 +34,10 @@ log = logging.getLogger(__name__)
 
 SecurityModel = Literal["mapped-xattr", "mapped-file", "passthrough", "none"]
 Accel = Literal["qtest", "tcg"]
-STDERR_TAIL_LINES = 20
+OUTPUT_TAIL_LINES = 20
 QTEST_SOCKET, QMP_SOCKET = "qtest.sock", "qmp.sock"
 #: Lines QEMU prints on an orderly stop that say nothing about the case.
-BENIGN_STDERR = ("GLib: g_timer_elapsed: assertion 'timer != NULL' failed",)
+BENIGN_OUTPUT = ("GLib: g_timer_elapsed: assertion 'timer != NULL' failed",)
 
 
 @dataclass(frozen=True)
@@ -213,7 +213,7 @@ class Machine:
             status = self._stop_process()
             detail = err.message if isinstance(err, QEMUError) else err  # its argv and output follow once
             error = QEMUStartError(
-                f"QEMU did not start: {detail}", argv=self.argv, status=status, stderr_tail=self.stderr_tail()
+                f"QEMU did not start: {detail}", argv=self.argv, status=status, output_tail=self.output_tail()
             )
             self._abandon()
             raise error from err
@@ -290,12 +290,12 @@ class Machine:
                 if status is not None:
                     raise QEMUStartError(
                         f"QEMU exited before connecting to the {which} socket",
-                        argv=self.argv, status=status, stderr_tail=self.stderr_tail(),
+                        argv=self.argv, status=status, output_tail=self.output_tail(),
                     ) from None  # fmt: skip
                 if time.monotonic() > self._deadline:
                     raise QEMUStartError(
                         f"QEMU did not connect to the {which} socket within {self.start_timeout} s",
-                        argv=self.argv, stderr_tail=self.stderr_tail(),
+                        argv=self.argv, output_tail=self.output_tail(),
                     ) from None  # fmt: skip
 
     def shutdown(self, timeout: float = 5.0) -> int | None:
@@ -355,7 +355,7 @@ class Machine:
 
     def _remove_dir(self) -> None:
         if self._dir.exists():
-            self._saved_log = self.stderr_text()
+            self._saved_log = self.output_text()
             shutil.rmtree(self._dir, ignore_errors=True)
 
     # -- state ------------------------------------------------------------------------------------
@@ -377,23 +377,23 @@ class Machine:
     def exit_status(self) -> int | None:
         return self._proc.poll() if self._proc else None
 
-    def stderr_text(self) -> str:
+    def output_text(self) -> str:
         """Everything QEMU printed so far (stdout and stderr), benign stop noise removed."""
         try:
             text = self.log_path.read_bytes().decode("utf-8", "replace")
         except FileNotFoundError:
             text = getattr(self, "_saved_log", "")
-        return "".join(line for line in text.splitlines(keepends=True) if line.strip() not in BENIGN_STDERR)
+        return "".join(line for line in text.splitlines(keepends=True) if line.strip() not in BENIGN_OUTPUT)
 
-    def stderr_tail(self, lines: int = STDERR_TAIL_LINES) -> str:
-        return "".join(self.stderr_text().splitlines(keepends=True)[-lines:])
+    def output_tail(self, lines: int = OUTPUT_TAIL_LINES) -> str:
+        return "".join(self.output_text().splitlines(keepends=True)[-lines:])
 
-    def stderr_mark(self) -> int:
-        """A position to pass to :meth:`stderr_since`."""
-        return len(self.stderr_text())
+    def output_mark(self) -> int:
+        """A position to pass to :meth:`output_since`."""
+        return len(self.output_text())
 
-    def stderr_since(self, mark: int) -> str:
-        return self.stderr_text()[mark:]
+    def output_since(self, mark: int) -> str:
+        return self.output_text()[mark:]
 
     def _explain_lost(self, err: QTestError) -> Exception | None:
         """qtest lost its peer: say whether QEMU died, and how."""
@@ -408,9 +408,9 @@ class Machine:
             self.unresponsive = True
             return QEMUError(
                 f"{err}; QEMU (pid {proc.pid}) is still running but does not answer",
-                argv=self.argv, stderr_tail=self.stderr_tail(),
+                argv=self.argv, output_tail=self.output_tail(),
             )  # fmt: skip
-        return QEMUExited(f"QEMU died: {err}", argv=self.argv, status=status, stderr_tail=self.stderr_tail())
+        return QEMUExited(f"QEMU died: {err}", argv=self.argv, status=status, output_tail=self.output_tail())
 
     # -- QMP ----------------------------------------------------------------------------------------
 

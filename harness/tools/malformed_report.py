@@ -33,7 +33,7 @@ def report(binary: Path, transport: str, write: bool) -> int:
                 machine.shutdown()
                 machine = Machine(config)
                 machine.launch()
-            session = Session(Channel(Driver(machine.qtest, config.transport), machine.stderr_tail))
+            session = Session(Channel(Driver(machine.qtest, config.transport), machine.output_tail))
             blocker = malformed.prepare(session, entry)
             outcome = malformed.run(session, entry)
             if outcome in ("no-reply",) or outcome.startswith("died"):

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.case_path import case_path
 from fixtures.place import Place
 from fixtures.pool import Device
-from fixtures.qos import qos
 from harness.p9 import wire
 
 MODELS = ["passthrough", "mapped-xattr", "mapped-file", "none"]
 MULTIDEVS_WARNING = "9p: Multiple devices detected in same VirtFS export"
 
 
-@qos("models/{security_model}/round_trip", backends=["local"], security_model=MODELS)
+@case_path("models/{security_model}/round_trip", backends=["local"], security_model=MODELS)
 def test_round_trip(place: Place, security_model: str) -> None:
     """mkdir, lcreate, write, read, getattr, symlink, readlink, link, unlinkat: the answers and the
     host agree under every model (mapped models keep symlinks as files holding the target)."""
@@ -72,13 +72,13 @@ def tmpfs_at(path: Path) -> Iterator[None]:
 
 
 @pytest.mark.fsdev(multidevs="remap")
-@qos("models/multidevs/remap", backends=["local"])
+@case_path("models/multidevs/remap", backends=["local"])
 def test_multidevs_remap(place: Place, device: Device) -> None:
     """With a second filesystem mounted inside the export, multidevs=remap gives every file a qid
     path of its own (device and inode folded in), so equal inode numbers on two devices no longer
     collide; and QEMU does not warn."""
     p9 = place.session
-    mark = device.machine.stderr_mark()
+    mark = device.machine.output_mark()
     with tmpfs_at(place.host_path("mnt")):
         place.host_path("mnt", "inner").write_bytes(b"")
         place.host_path("outer").write_bytes(b"")
@@ -94,20 +94,20 @@ def test_multidevs_remap(place: Place, device: Device) -> None:
         assert inner_qid.path != place.host_path("mnt", "inner").stat().st_ino  # remapped, not the raw inode
         for fid in (inner, outer, mnt):
             p9.clunk(fid)
-    assert MULTIDEVS_WARNING not in device.machine.stderr_since(mark)
+    assert MULTIDEVS_WARNING not in device.machine.output_since(mark)
 
 
 @pytest.mark.fresh_qemu  # QEMU warns once per export
-@qos("models/multidevs/warn", backends=["local"])
+@case_path("models/multidevs/warn", backends=["local"])
 def test_multidevs_default_warns(place: Place, device: Device) -> None:
     """Without multidevs=remap, crossing into another device inside the export is served with raw
     inode numbers as qid paths, and QEMU warns that qids may collide."""
     p9 = place.session
-    mark = device.machine.stderr_mark()
+    mark = device.machine.output_mark()
     with tmpfs_at(place.host_path("mnt")):
         place.host_path("mnt", "inner").write_bytes(b"")
         inner = p9.new_fid()
         qids = p9.walk(place.fid, [p for p in ["mnt", "inner"] if p], inner).qids
         assert qids[-1].path == place.host_path("mnt", "inner").stat().st_ino
         p9.clunk(inner)
-    assert MULTIDEVS_WARNING in device.machine.stderr_since(mark)
+    assert MULTIDEVS_WARNING in device.machine.output_since(mark)
