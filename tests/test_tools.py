@@ -44,6 +44,18 @@ def harness(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_last_failed_reruns_just_the_failing_case(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """With the project's own pytest configuration, pytest's cache works: --lf after a failing run
+    reruns that case alone, and a later full run has the cache to go by (--ff)."""
+    config = ("-c", str(PROJECT / "pyproject.toml"), "-o", f"cache_dir={tmp_path / 'cache'}")
+    first, _ = run_pytest(tmp_path, qemu_under_test, *config, source=CASES).communicate(timeout=60)
+    assert "1 failed, 1 passed" in first, first
+    again, _ = run_pytest(tmp_path, qemu_under_test, *config, "--lf", source=CASES).communicate(timeout=60)
+    assert "1 failed, 1 deselected" in again and "test_b_deliberately_wrong" in again, again
+    ordered, _ = run_pytest(tmp_path, qemu_under_test, *config, "--ff", "-v", source=CASES).communicate(timeout=60)
+    assert ordered.index("test_b_deliberately_wrong") < ordered.index("test_a_walks"), ordered
+
+
 def test_a_failing_case_leaves_a_reproducer_that_replays_to_the_same_difference(
     tmp_path: Path, qemu_under_test: QemuUnderTest
 ) -> None:
