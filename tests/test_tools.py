@@ -53,7 +53,8 @@ def test_last_failed_reruns_just_the_failing_case(tmp_path: Path, qemu_under_tes
     again, _ = run_pytest(tmp_path, qemu_under_test, *config, "--lf", source=CASES).communicate(timeout=60)
     assert "1 failed, 1 deselected" in again and "test_b_deliberately_wrong" in again, again
     ordered, _ = run_pytest(tmp_path, qemu_under_test, *config, "--ff", "-v", source=CASES).communicate(timeout=60)
-    assert ordered.index("test_b_deliberately_wrong") < ordered.index("test_a_walks"), ordered
+    assert "run-last-failure: rerun previous 1 failure first" in ordered, ordered
+    assert "test_case.py F." in ordered, ordered  # the failed one first, then the other
 
 
 def test_a_failing_case_leaves_a_reproducer_that_replays_to_the_same_difference(
