@@ -22,9 +22,9 @@ def test_malformed(p9: Session, device: Device, qemu_under_test: QemuUnderTest, 
     item = ENTRIES[entry]
     blocker = malformed.prepare(p9, item)
     outcome = malformed.run(p9, item)
-    assert not outcome.startswith("died"), f"{item.what}: QEMU {outcome}"
+    assert not malformed.died(outcome), f"{item.what}: QEMU {outcome}"
     assert device.alive()
-    if outcome in ("needs-reset", "no-reply"):
+    if malformed.device_lost(outcome):
         device.reset()  # the device asked for one
     else:
         malformed.cleanup(p9, blocker, outcome)

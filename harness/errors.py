@@ -6,6 +6,8 @@ Every exception the harness raises on purpose is a :class:`HarnessError`.  None 
 ::
 
     HarnessError
+     ├── HarnessMisuse             the harness used out of order: a bug in a case or the harness,
+     │                             never blamed on QEMU
      ├── ProvisionError            no usable QEMU binary, or the build failed
      ├── QEMUError                 the QEMU process
      │    ├── QEMUStartError       QEMU did not come up (argv, status, stderr tail)
@@ -21,12 +23,12 @@ Every exception the harness raises on purpose is a :class:`HarnessError`.  None 
      │    ├── DeviceNeedsReset     the device set DEVICE_NEEDS_RESET (0x40)
      │    ├── RingFull             no free descriptors for a chain
      │    └── GuestMemoryError     allocator out of memory / double free / leak
-     └── P9Error                   9P layer
-          ├── P9Rlerror            the server answered Rlerror (or Rerror); carries errno
-          ├── P9ProtocolError      bad tag, wrong reply type, size mismatch, undecodable frame
-          ├── P9Timeout            a request got no reply within the limit
-          ├── P9StateError         the session used out of order (attach before version, ...)
-          └── LeakError            fids, tags, descriptors or guest buffers left at close
+     ├── P9Error                   9P layer
+     │    ├── P9Rlerror            the server answered Rlerror (or Rerror); carries errno
+     │    ├── P9ProtocolError      bad tag, wrong reply type, size mismatch, undecodable frame
+     │    ├── P9Timeout            a request got no reply within the limit
+     │    └── P9StateError         the session used out of order (attach before version, ...)
+     └── LeakError                 fids, tags, descriptors or guest buffers left at close (any layer)
 
 Wrap at layer boundaries with ``raise ... from err`` so the whole story stays in the traceback.
 """
@@ -40,6 +42,11 @@ from collections.abc import Sequence
 
 class HarnessError(Exception):
     """Base of every error the harness raises on purpose."""
+
+
+class HarnessMisuse(HarnessError):
+    """The harness was used out of order (``connect()`` before ``spawn()``, qtest of a QEMU never
+    started): a bug of the caller, not a fault of QEMU."""
 
 
 class ProvisionError(HarnessError):
@@ -82,8 +89,11 @@ class QEMUExited(QEMUError):
     """QEMU died while the harness was using it."""
 
 
-def describe_status(status: int) -> str:
-    """Popen-style return code as words: ``0``, ``1``, ``killed by SIGKILL (-9)``."""
+def describe_status(status: int | None) -> str:
+    """Popen-style return code as words: ``0``, ``1``, ``killed by SIGKILL (-9)``; None (no exit
+    status: the process has not ended) is ``still running``."""
+    if status is None:
+        return "still running"
     if status >= 0:
         return str(status)
     import signal
@@ -162,13 +172,18 @@ class P9Rlerror(P9Error):
     def __init__(self, request: str, errno: int, reply: str | None = None) -> None:
         self.request = request
         self.errno = errno
-        name = _errno.errorcode.get(errno, "E?")
-        self.reply = reply or f"Rlerror {name} ({errno})"
+        self.reply = reply or f"Rlerror {errno_name(errno)} ({errno})"
         super().__init__(f"{request} -> {self.reply}: {os.strerror(errno)}")
 
     @property
     def errno_name(self) -> str:
-        return _errno.errorcode.get(self.errno, f"errno {self.errno}")
+        return errno_name(self.errno)
+
+
+def errno_name(code: int) -> str:
+    """``ENOENT`` for 2; the number itself for one Linux does not name. The one errno-to-name
+    conversion of the harness: replies, errors, traces, reproducers and outcomes all print so."""
+    return _errno.errorcode.get(code, str(code))
 
 
 class P9ProtocolError(P9Error):

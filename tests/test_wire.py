@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from construct import FocusedSeq, FormatField, Prefixed, Struct
 
-from harness.errors import P9ProtocolError
+from harness.errors import P9ProtocolError, errno_name
 from harness.p9 import wire
 from harness.p9.messages import (
     Dirent,
@@ -145,7 +145,7 @@ def test_golden_frames_from_qemu(hexframe: str, tag: int, message: wire.Message)
 
 def test_rlerror_prints_errno_name() -> None:
     assert str(wire.decode(wire.encode(Rlerror(ecode=2), 1))) == "Rlerror ENOENT (2)"
-    assert wire.errno_name(2) == "ENOENT" and wire.errno_name(4095) == "4095"
+    assert errno_name(2) == "ENOENT" and errno_name(4095) == "4095"
 
 
 def test_message_prints_like_a_call() -> None:

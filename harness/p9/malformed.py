@@ -5,13 +5,14 @@ every field boundary, and (where it has strings) a string length that runs past 
 come unknown type numbers, Twalk's nwname above its names, Tversion with a real tag, requests
 before Tversion/Tattach, a tag reused while its request is in flight, and an unknown fid.
 
-An outcome is a short word: ``Rlerror EINVAL``, ``Rwalk``, ``needs-reset`` (virtio_error),
-``no-reply`` (the legacy interface has no NEEDS_RESET bit), ``empty`` (buffer returned with
-nothing), or ``died: killed by SIGSEGV (-11)``.
+An outcome is a short string, as recorded in ``malformed_outcomes.json``: the reply
+(``Rlerror EINVAL``, ``Rwalk``) or a :class:`Fate` (``needs-reset``, ``no-reply``, ``empty``,
+``died: killed by SIGSEGV (-11)``).
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 import json
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ from typing import Any
 
 from construct import Construct
 
-from harness.errors import DeviceNeedsReset, P9Timeout, QEMUExited, describe_status
+from harness.errors import DeviceNeedsReset, P9Timeout, QEMUExited, describe_status, errno_name
 from harness.p9 import wire
 from harness.p9.messages import Rlerror, Tflush, Twalk, Twrite
 from harness.p9.session import Pending, Session
@@ -35,6 +36,28 @@ ROOT_FID = 0
 OPEN_FID = 1
 NEEDS_OPEN = frozenset({"Tlock", "Tgetlock", "Tread", "Twrite", "Treaddir", "Tfsync"})
 UNKNOWN_TYPES = (0, 1, 2, 5, 6, 99, 106, 150, 255)
+
+
+class Fate(enum.StrEnum):
+    """What became of a request that got no reply message."""
+
+    #: QEMU called virtio_error(): the device set DEVICE_NEEDS_RESET
+    NEEDS_RESET = "needs-reset"
+    #: nothing within the time (the legacy interface has no NEEDS_RESET bit to say why)
+    NO_REPLY = "no-reply"
+    #: the buffer came back with nothing in it
+    EMPTY = "empty"
+    #: QEMU died; the outcome is ``died: <how>``
+    DIED = "died"
+
+
+def died(outcome: str) -> bool:
+    return outcome.startswith(Fate.DIED)
+
+
+def device_lost(outcome: str) -> bool:
+    """The device takes no more requests after this outcome: reset it, or start a new QEMU."""
+    return outcome in (Fate.NEEDS_RESET, Fate.NO_REPLY) or died(outcome)
 
 
 @dataclass(frozen=True)
@@ -193,22 +216,22 @@ def run(session: Session, entry: Malformed, timeout: float = 1.0) -> str:
     try:
         reply = session.send_raw(entry.frame).wait(timeout)
     except DeviceNeedsReset:
-        return "needs-reset"
+        return Fate.NEEDS_RESET
     except P9Timeout:
-        return "no-reply"
+        return Fate.NO_REPLY
     except QEMUExited as err:
-        return f"died: {describe_status(err.status or 0)}"
+        return f"{Fate.DIED}: {describe_status(err.status)}"
     if reply.message is None:
-        return "empty"
+        return Fate.EMPTY
     if isinstance(reply.message, Rlerror):
-        return f"Rlerror {wire.errno_name(reply.message.ecode)}"
+        return f"Rlerror {errno_name(reply.message.ecode)}"
     return reply.message.NAME
 
 
 def as_seen_on(transport: str, outcome: str) -> str:
     """A recorded outcome (taken on the modern interface) as ``transport`` shows it: the legacy
     interface has no DEVICE_NEEDS_RESET bit, so after virtio_error() its request goes unanswered."""
-    return "no-reply" if transport == "legacy" and outcome == "needs-reset" else outcome
+    return Fate.NO_REPLY if transport == "legacy" and outcome == Fate.NEEDS_RESET else outcome
 
 
 def recorded(version: str) -> dict[str, str] | None:
@@ -227,6 +250,6 @@ def record(version: str, outcomes: dict[str, str]) -> None:
 
 def cleanup(session: Session, blocker: Pending[Any] | None, outcome: str) -> None:
     """Free what the entry left in flight, when the device can still take a Tflush."""
-    if blocker is not None and outcome not in ("needs-reset", "no-reply") and not outcome.startswith("died"):
+    if blocker is not None and not device_lost(outcome):
         session.send(Tflush(oldtag=7)).wait()
         blocker.wait()

@@ -19,7 +19,6 @@ session's ``send_raw`` sends any bytes.
 from __future__ import annotations
 
 import dataclasses
-import errno as _errno
 import functools
 import struct
 import typing
@@ -43,7 +42,7 @@ from construct import (
     Terminated,
 )
 
-from harness.errors import P9ProtocolError
+from harness.errors import P9ProtocolError, errno_name
 
 NOTAG = 0xFFFF
 NOFID = 0xFFFFFFFF
@@ -266,11 +265,6 @@ def message(type_number: int) -> Callable[[type[_MessageT]], type[_MessageT]]:
 def describe_rlerror(code: int) -> str:
     """``Rlerror EIO (5)``: how an Rlerror prints, in traces and reproducers alike."""
     return f"Rlerror {errno_name(code)} ({code})"
-
-
-def errno_name(code: int) -> str:
-    """``ENOENT`` for 2; the number itself for one Linux does not name."""
-    return _errno.errorcode.get(code, str(code))
 
 
 def _show(value: Any) -> str:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from harness.errors import QEMUError, QEMUExited, QEMUStartError, QTestError
+from harness.errors import HarnessMisuse, QEMUError, QEMUExited, QEMUStartError, QTestError
 from harness.qemu.qtest import QTest
 
 if TYPE_CHECKING:
@@ -252,7 +252,7 @@ class Machine:
 
     def _connect(self) -> None:
         if self._qtest_listener is None or self._qmp_listener is None:
-            raise QEMUError("connect() before spawn()", argv=self.argv)
+            raise HarnessMisuse("connect() before spawn()")
         self._qmp_socket = self._accept(self._qmp_listener, "QMP")
         conn = self._accept(self._qtest_listener, "qtest")
         self._close_listeners()
@@ -270,7 +270,7 @@ class Machine:
         importing qemu.qmp (asyncio) and greeting each QEMU cost ~15 ms of CPU per process."""
         if self._qmp is None:
             if self._qmp_socket is None:
-                raise QEMUError("QEMU is not running", argv=self.argv)
+                raise HarnessMisuse(f"QMP of a QEMU that was never started: {' '.join(self.argv)}")
             from qemu.qmp.legacy import QEMUMonitorProtocol
 
             monitor = QEMUMonitorProtocol(self._qmp_socket)
@@ -363,7 +363,7 @@ class Machine:
     @property
     def qtest(self) -> QTest:
         if self._qtest is None:
-            raise QEMUError("QEMU is not running", argv=self.argv)
+            raise HarnessMisuse(f"qtest of a QEMU that was never started: {' '.join(self.argv)}")
         return self._qtest
 
     @property

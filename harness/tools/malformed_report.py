@@ -36,7 +36,7 @@ def report(binary: Path, transport: str, write: bool) -> int:
             session = Session(Channel(Driver(machine.qtest, config.transport), machine.output_tail))
             blocker = malformed.prepare(session, entry)
             outcome = malformed.run(session, entry)
-            if outcome in ("no-reply",) or outcome.startswith("died"):
+            if outcome == malformed.Fate.NO_REPLY or malformed.died(outcome):
                 machine.shutdown()
             else:
                 malformed.cleanup(session, blocker, outcome)
