@@ -19,8 +19,10 @@ from harness.p9.messages import (
     Rreaddir,
     Rversion,
     Tattach,
+    Tclunk,
     Tgetattr,
     Tread,
+    Tsetattr,
     Tversion,
     Twalk,
     Twrite,
@@ -113,6 +115,21 @@ def test_compiled_codec_agrees_with_the_declared_body(message: type[wire.Message
     frame = wire.encode_fields(message, 7, fields)
     assert frame[wire.HEADER_SIZE :] == message.codec().build(fields)  # construct, interpreted
     assert message.codec().parse(frame[wire.HEADER_SIZE :]) == wire.decode(frame).to_fields() == fields
+
+
+def test_messages_are_frozen_values() -> None:
+    walk = Twalk(fid=1, newfid=2, wnames=["a"])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        walk.fid = 3  # type: ignore[misc]
+    assert walk == Twalk(1, 2, ["a"]) and walk != Twalk(fid=1, newfid=2, wnames=["b"]) and walk != Tclunk(fid=1)
+    assert repr(walk) == str(walk) == "Twalk(fid=1, newfid=2, wnames=['a'])"
+    assert repr(Rlerror(ecode=2)) == "Rlerror(ecode=2)" and str(Rlerror(ecode=2)) == "Rlerror ENOENT (2)"
+    assert Tsetattr(fid=1, valid=1).mode == 0  # declared defaults
+    with pytest.raises(TypeError):
+        Twalk(fid=1)  # type: ignore[call-arg]
+    match wire.decode(wire.encode(walk, 0)):
+        case Twalk(fid, newfid, names):
+            assert (fid, newfid, names) == (1, 2, ["a"])
 
 
 def test_records_are_typed() -> None:

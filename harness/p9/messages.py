@@ -7,8 +7,6 @@ whose reply ``R`` has the next type number.  This module is data: it is long on 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from harness.p9.wire import (
     U8,
     U16,
@@ -41,7 +39,6 @@ __all__ = [
 
 
 @message(7)
-@dataclass(frozen=True)
 class Rlerror(RMessage):
     ecode: U32
 
@@ -50,13 +47,11 @@ class Rlerror(RMessage):
 
 
 @message(8)
-@dataclass(frozen=True)
 class Tstatfs(TMessage["Rstatfs"]):
     fid: U32
 
 
 @message(9)
-@dataclass(frozen=True)
 class Rstatfs(RMessage):
     type: U32
     bsize: U32
@@ -70,21 +65,18 @@ class Rstatfs(RMessage):
 
 
 @message(12)
-@dataclass(frozen=True)
 class Tlopen(TMessage["Rlopen"]):
     fid: U32
     flags: U32
 
 
 @message(13)
-@dataclass(frozen=True)
 class Rlopen(RMessage):
     qid: Qid
     iounit: U32
 
 
 @message(14)
-@dataclass(frozen=True)
 class Tlcreate(TMessage["Rlcreate"]):
     fid: U32
     name: String
@@ -94,14 +86,12 @@ class Tlcreate(TMessage["Rlcreate"]):
 
 
 @message(15)
-@dataclass(frozen=True)
 class Rlcreate(RMessage):
     qid: Qid
     iounit: U32
 
 
 @message(16)
-@dataclass(frozen=True)
 class Tsymlink(TMessage["Rsymlink"]):
     fid: U32
     name: String
@@ -110,13 +100,11 @@ class Tsymlink(TMessage["Rsymlink"]):
 
 
 @message(17)
-@dataclass(frozen=True)
 class Rsymlink(RMessage):
     qid: Qid
 
 
 @message(18)
-@dataclass(frozen=True)
 class Tmknod(TMessage["Rmknod"]):
     dfid: U32
     name: String
@@ -127,13 +115,11 @@ class Tmknod(TMessage["Rmknod"]):
 
 
 @message(19)
-@dataclass(frozen=True)
 class Rmknod(RMessage):
     qid: Qid
 
 
 @message(20)
-@dataclass(frozen=True)
 class Trename(TMessage["Rrename"]):
     fid: U32
     dfid: U32
@@ -141,32 +127,27 @@ class Trename(TMessage["Rrename"]):
 
 
 @message(21)
-@dataclass(frozen=True)
 class Rrename(RMessage):
     pass
 
 
 @message(22)
-@dataclass(frozen=True)
 class Treadlink(TMessage["Rreadlink"]):
     fid: U32
 
 
 @message(23)
-@dataclass(frozen=True)
 class Rreadlink(RMessage):
     target: String
 
 
 @message(24)
-@dataclass(frozen=True)
 class Tgetattr(TMessage["Rgetattr"]):
     fid: U32
     request_mask: U64
 
 
 @message(25)
-@dataclass(frozen=True)
 class Rgetattr(RMessage):
     valid: U64
     qid: Qid
@@ -191,7 +172,6 @@ class Rgetattr(RMessage):
 
 
 @message(26)
-@dataclass(frozen=True)
 class Tsetattr(TMessage["Rsetattr"]):
     fid: U32
     valid: U32
@@ -206,13 +186,11 @@ class Tsetattr(TMessage["Rsetattr"]):
 
 
 @message(27)
-@dataclass(frozen=True)
 class Rsetattr(RMessage):
     pass
 
 
 @message(30)
-@dataclass(frozen=True)
 class Txattrwalk(TMessage["Rxattrwalk"]):
     fid: U32
     newfid: U32
@@ -220,13 +198,11 @@ class Txattrwalk(TMessage["Rxattrwalk"]):
 
 
 @message(31)
-@dataclass(frozen=True)
 class Rxattrwalk(RMessage):
     size: U64
 
 
 @message(32)
-@dataclass(frozen=True)
 class Txattrcreate(TMessage["Rxattrcreate"]):
     fid: U32
     name: String
@@ -235,13 +211,11 @@ class Txattrcreate(TMessage["Rxattrcreate"]):
 
 
 @message(33)
-@dataclass(frozen=True)
 class Rxattrcreate(RMessage):
     pass
 
 
 @message(40)
-@dataclass(frozen=True)
 class Treaddir(TMessage["Rreaddir"]):
     fid: U32
     offset: U64
@@ -249,26 +223,22 @@ class Treaddir(TMessage["Rreaddir"]):
 
 
 @message(41)
-@dataclass(frozen=True)
 class Rreaddir(RMessage):
     entries: Dirents
 
 
 @message(50)
-@dataclass(frozen=True)
 class Tfsync(TMessage["Rfsync"]):
     fid: U32
     datasync: U32 = 0
 
 
 @message(51)
-@dataclass(frozen=True)
 class Rfsync(RMessage):
     pass
 
 
 @message(52)
-@dataclass(frozen=True)
 class Tlock(TMessage["Rlock"]):
     fid: U32
     type: U8
@@ -280,13 +250,11 @@ class Tlock(TMessage["Rlock"]):
 
 
 @message(53)
-@dataclass(frozen=True)
 class Rlock(RMessage):
     status: U8
 
 
 @message(54)
-@dataclass(frozen=True)
 class Tgetlock(TMessage["Rgetlock"]):
     fid: U32
     type: U8
@@ -297,7 +265,6 @@ class Tgetlock(TMessage["Rgetlock"]):
 
 
 @message(55)
-@dataclass(frozen=True)
 class Rgetlock(RMessage):
     type: U8
     start: U64
@@ -307,7 +274,6 @@ class Rgetlock(RMessage):
 
 
 @message(70)
-@dataclass(frozen=True)
 class Tlink(TMessage["Rlink"]):
     dfid: U32
     fid: U32
@@ -315,13 +281,11 @@ class Tlink(TMessage["Rlink"]):
 
 
 @message(71)
-@dataclass(frozen=True)
 class Rlink(RMessage):
     pass
 
 
 @message(72)
-@dataclass(frozen=True)
 class Tmkdir(TMessage["Rmkdir"]):
     dfid: U32
     name: String
@@ -330,13 +294,11 @@ class Tmkdir(TMessage["Rmkdir"]):
 
 
 @message(73)
-@dataclass(frozen=True)
 class Rmkdir(RMessage):
     qid: Qid
 
 
 @message(74)
-@dataclass(frozen=True)
 class Trenameat(TMessage["Rrenameat"]):
     olddirfid: U32
     oldname: String
@@ -345,13 +307,11 @@ class Trenameat(TMessage["Rrenameat"]):
 
 
 @message(75)
-@dataclass(frozen=True)
 class Rrenameat(RMessage):
     pass
 
 
 @message(76)
-@dataclass(frozen=True)
 class Tunlinkat(TMessage["Runlinkat"]):
     dirfd: U32
     name: String
@@ -359,27 +319,23 @@ class Tunlinkat(TMessage["Runlinkat"]):
 
 
 @message(77)
-@dataclass(frozen=True)
 class Runlinkat(RMessage):
     pass
 
 
 @message(100)
-@dataclass(frozen=True)
 class Tversion(TMessage["Rversion"]):
     msize: U32
     version: String
 
 
 @message(101)
-@dataclass(frozen=True)
 class Rversion(RMessage):
     msize: U32
     version: String
 
 
 @message(102)
-@dataclass(frozen=True)
 class Tauth(TMessage["Rauth"]):
     afid: U32
     uname: String
@@ -388,13 +344,11 @@ class Tauth(TMessage["Rauth"]):
 
 
 @message(103)
-@dataclass(frozen=True)
 class Rauth(RMessage):
     aqid: Qid
 
 
 @message(104)
-@dataclass(frozen=True)
 class Tattach(TMessage["Rattach"]):
     fid: U32
     afid: U32
@@ -404,13 +358,11 @@ class Tattach(TMessage["Rattach"]):
 
 
 @message(105)
-@dataclass(frozen=True)
 class Rattach(RMessage):
     qid: Qid
 
 
 @message(107)
-@dataclass(frozen=True)
 class Rerror(RMessage):
     """9P2000.u's error reply: a string and a Linux errno."""
 
@@ -419,19 +371,16 @@ class Rerror(RMessage):
 
 
 @message(108)
-@dataclass(frozen=True)
 class Tflush(TMessage["Rflush"]):
     oldtag: U16
 
 
 @message(109)
-@dataclass(frozen=True)
 class Rflush(RMessage):
     pass
 
 
 @message(110)
-@dataclass(frozen=True)
 class Twalk(TMessage["Rwalk"]):
     fid: U32
     newfid: U32
@@ -439,13 +388,11 @@ class Twalk(TMessage["Rwalk"]):
 
 
 @message(111)
-@dataclass(frozen=True)
 class Rwalk(RMessage):
     qids: Qids
 
 
 @message(116)
-@dataclass(frozen=True)
 class Tread(TMessage["Rread"]):
     fid: U32
     offset: U64
@@ -453,13 +400,11 @@ class Tread(TMessage["Rread"]):
 
 
 @message(117)
-@dataclass(frozen=True)
 class Rread(RMessage):
     data: Data
 
 
 @message(118)
-@dataclass(frozen=True)
 class Twrite(TMessage["Rwrite"]):
     fid: U32
     offset: U64
@@ -467,30 +412,25 @@ class Twrite(TMessage["Rwrite"]):
 
 
 @message(119)
-@dataclass(frozen=True)
 class Rwrite(RMessage):
     count: U32
 
 
 @message(120)
-@dataclass(frozen=True)
 class Tclunk(TMessage["Rclunk"]):
     fid: U32
 
 
 @message(121)
-@dataclass(frozen=True)
 class Rclunk(RMessage):
     pass
 
 
 @message(122)
-@dataclass(frozen=True)
 class Tremove(TMessage["Rremove"]):
     fid: U32
 
 
 @message(123)
-@dataclass(frozen=True)
 class Rremove(RMessage):
     pass
