@@ -20,3 +20,11 @@ def test_config(device: Device) -> None:
     assert int.from_bytes(raw[:2], "little") == len(want), f"tag_len field reads {raw[:2].hex()}"
     assert raw[2 : 2 + len(want)] == want
     assert driver.mount_tag() == "qtest"
+
+
+@case_path("startup/no_deprecated_option")
+def test_no_deprecated_option(device: Device) -> None:
+    """The harness starts QEMU with options current on every supported version: QEMU says
+    nothing of deprecation about its argv (QEMU 11.1 deprecates ``-mon``, which libqtest used)."""
+    printed = device.machine.output_text()
+    assert "deprecated" not in printed.lower(), printed

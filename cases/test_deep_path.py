@@ -23,7 +23,7 @@ def level_name(level: int) -> str:
 
 
 @pytest.mark.qemu_bug(
-    at_most="7.2.99",
+    fixed_in=("10.0.11", "10.2.4", "11.0.2", "11.1.0"),
     reason="V9fsPath.size is uint16_t (fsdev/file-op-9p.h), so a path past 65535 bytes wraps and Twalk "
     "into the deepest directory gets ENOENT; upstream added local/deep_absolute_path with the fix",
     raises=P9Rlerror,

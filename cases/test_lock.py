@@ -48,7 +48,7 @@ def test_lock_and_unlock(place: Place) -> None:
 
 
 @pytest.mark.qemu_bug(
-    at_most="7.2.99",
+    fixed_in=(),
     reason="v9fs_lock() takes no lock on the host and answers every Tlock with SUCCESS, and "
     "v9fs_getlock() always answers UNLCK: conflicting locks from two fids are both granted",
 )
@@ -69,14 +69,14 @@ def test_lock_conflict_between_fids(place: Place) -> None:
 
 
 @pytest.mark.qemu_bug(
-    at_most="7.2.99",
+    fixed_in=("10.0.12", "11.0.3", "11.1.0"),
     when={"backend": "synth"},
     reason="v9fs_lock()/v9fs_getlock() call the backend's fstat without checking that the fid was "
     "opened; synth_fstat() dereferences the missing open state: QEMU dies of SIGSEGV",
     raises=QEMUExited,
 )
 @pytest.mark.qemu_bug(
-    at_most="7.2.99",
+    fixed_in=("10.0.12", "11.0.3", "11.1.0"),
     when={"backend": "local"},
     reason="v9fs_lock()/v9fs_getlock() never check that the fid was opened: a lock on a walked, "
     "unopened fid is granted",

@@ -78,7 +78,7 @@ def test_lopen_twice(place: Place) -> None:
 
 
 @pytest.mark.qemu_bug(
-    at_most="7.2.99",
+    fixed_in=(),
     reason="v9fs_open() opens any directory with opendir() whatever the flags, so O_WRONLY on a "
     "directory succeeds (open(2) says EISDIR)",
 )

@@ -76,7 +76,7 @@ def test_large_msize_in_pages(place: Place, transport: str, msize: int) -> None:
 
 
 @pytest.mark.qemu_bug(
-    at_most="7.2.99",
+    fixed_in=("10.0.12", "11.0.3", "11.1.0"),
     reason="Rversion echoes any msize; a full-msize request in 4 KiB pages then needs more than 1024 "
     'descriptors ("virtio: too many write descriptors in indirect table"); upstream caps msize at '
     "the transport limit since 2026",

@@ -37,7 +37,7 @@ def test_read_basic(place: Place) -> None:
 
 
 @pytest.mark.qemu_bug(
-    at_most="7.2.99",
+    fixed_in=(),
     reason="v9fs_read() never clamps count to msize - P9_IOHDRSZ for files: a Tread for 16 KiB at "
     "msize 8192 is answered with a 16 KiB Rread, which does not fit the msize-sized buffer "
     '("VirtFS reply type 117 needs 16395 bytes, buffer has 8192") and breaks the device',

@@ -129,7 +129,7 @@ def test_mknod_special_nodes_are_plain_files_on_the_host(place: Place, security_
 
 
 @pytest.mark.qemu_bug(
-    at_most="7.2.99",
+    fixed_in=("8.2.9", "9.1.3", "9.2.1", "10.0.0"),
     reason="local_mknod() on passthrough creates the FIFO, then local_set_cred_passthrough() -> "
     "fchmodat_nofollow() opens it through openat_file(), which the CVE-2023-2861 fix makes refuse "
     "special files: Tmknod fails with ENXIO and the node is gone",

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from fixtures.case_path import case_path
+from fixtures.devices import QemuUnderTest
 from fixtures.place import Place
 from fixtures.pool import Device
 from harness.p9 import wire
+from harness.qemu import versions
 
 MODELS = ["passthrough", "mapped-xattr", "mapped-file", "none"]
 MULTIDEVS_WARNING = "9p: Multiple devices detected in same VirtFS export"
@@ -83,7 +85,7 @@ def test_multidevs_remap(place: Place, device: Device) -> None:
         place.host_path("mnt", "inner").write_bytes(b"")
         place.host_path("outer").write_bytes(b"")
         inner = p9.new_fid()
-        walked = p9.walk(place.fid, [p for p in ["mnt", "inner"] if p], inner).qids
+        walked = p9.walk(place.fid, ["mnt", "inner"], inner).qids
         inner_qid = walked[-1]
         outer = p9.new_fid()
         (outer_qid,) = p9.walk(place.fid, ["outer"], outer).qids
@@ -98,16 +100,35 @@ def test_multidevs_remap(place: Place, device: Device) -> None:
 
 
 @pytest.mark.fresh_qemu  # QEMU warns once per export
+@pytest.mark.fsdev(multidevs="warn")
 @case_path("models/multidevs/warn", backends=["local"])
-def test_multidevs_default_warns(place: Place, device: Device) -> None:
-    """Without multidevs=remap, crossing into another device inside the export is served with raw
-    inode numbers as qid paths, and QEMU warns that qids may collide."""
+def test_multidevs_warn(place: Place, device: Device) -> None:
+    """With multidevs=warn (the default up to 9.2), crossing into another device inside the export
+    is served with raw inode numbers as qid paths, and QEMU warns that qids may collide."""
     p9 = place.session
     mark = device.machine.output_mark()
     with tmpfs_at(place.host_path("mnt")):
         place.host_path("mnt", "inner").write_bytes(b"")
         inner = p9.new_fid()
-        qids = p9.walk(place.fid, [p for p in ["mnt", "inner"] if p], inner).qids
+        qids = p9.walk(place.fid, ["mnt", "inner"], inner).qids
         assert qids[-1].path == place.host_path("mnt", "inner").stat().st_ino
         p9.clunk(inner)
     assert MULTIDEVS_WARNING in device.machine.output_since(mark)
+
+
+@pytest.mark.fresh_qemu  # QEMU warns once per export
+@case_path("models/multidevs/default", backends=["local"])
+def test_multidevs_default(place: Place, device: Device, qemu_under_test: QemuUnderTest) -> None:
+    """No multidevs option: up to 9.2 that is warn (raw inode numbers, a warning); since 10.0 it is
+    remap (qid paths of their own, no warning)."""
+    remap = versions.has(qemu_under_test.probe.version, versions.REMAP_DEFAULT)
+    p9 = place.session
+    mark = device.machine.output_mark()
+    with tmpfs_at(place.host_path("mnt")):
+        place.host_path("mnt", "inner").write_bytes(b"")
+        inner = p9.new_fid()
+        qids = p9.walk(place.fid, ["mnt", "inner"], inner).qids
+        raw = qids[-1].path == place.host_path("mnt", "inner").stat().st_ino
+        p9.clunk(inner)
+    assert raw is not remap, f"qid.path {'is' if raw else 'is not'} the host inode"
+    assert (MULTIDEVS_WARNING in device.machine.output_since(mark)) is not remap

@@ -40,7 +40,7 @@ MODELS = ["mapped-xattr", "passthrough", "none"]
 
 
 @pytest.mark.qemu_bug(
-    at_most="7.2.99",
+    fixed_in=(),
     when={"security_model": "mapped-xattr"},
     reason="local_chmod() stores the client's mode verbatim in user.virtfs.mode, so a mode without "
     "file-type bits makes Tgetattr report a file of no type (0o640, not S_IFREG|0o640); Linux's client "

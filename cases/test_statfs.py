@@ -8,7 +8,9 @@ import os
 import pytest
 
 from fixtures.case_path import case_path
+from fixtures.devices import QemuUnderTest
 from fixtures.place import Place
+from harness.qemu import versions
 from synth_tree import ROOT
 
 
@@ -38,10 +40,11 @@ def test_statfs_matches_the_host(place: Place) -> None:
 
 @pytest.mark.needs_synth_tree
 @case_path("statfs/synth", backends=["synth"])
-def test_statfs_synth(place: Place) -> None:
+def test_statfs_synth(place: Place, qemu_under_test: QemuUnderTest) -> None:
     """The synth backend reports its own filesystem: type 0xABCD, 512-byte blocks (scaled), one
-    inode per node of the tree, NAME_MAX."""
+    inode per node of the tree (with max_xattr came stat/ and stat/xattr_count), NAME_MAX."""
     p9 = place.session
     reply = p9.statfs(place.fid)
     assert (reply.type, reply.bsize, reply.namelen) == (0xABCD, 512 * factor(p9.msize, 512), 255)
-    assert reply.files == ROOT.descendants()  # synth_node_count: every node but the root
+    stat_nodes = 2 if versions.has(qemu_under_test.probe.version, versions.MAX_XATTR) else 0
+    assert reply.files == ROOT.descendants() + stat_nodes  # synth_node_count: every node but the root

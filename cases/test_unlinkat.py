@@ -6,10 +6,20 @@ from __future__ import annotations
 import errno
 import os
 
+import pytest
+
 from fixtures.case_path import case_path
+from fixtures.devices import QemuUnderTest
 from fixtures.expect import expect_rlerror
 from fixtures.place import Place
+from harness.errors import P9Rlerror
 from harness.p9 import wire
+from harness.p9.messages import Tsetattr
+from harness.qemu import versions
+
+SETATTR_SIZE = 0x8  # P9_SETATTR_SIZE
+#: Tsetattr size and times on an fid with an open handle go to its fd (ftruncate, futimens)
+FD_SETATTR = ("10.1.0",)
 
 
 @case_path("unlinkat_dir", backends=["local"])
@@ -78,15 +88,16 @@ def test_unlinkat_hardlink(place: Place) -> None:
 
 
 @case_path("use_after_unlink", backends=["local"])
-def test_use_after_unlink(place: Place) -> None:
+def test_use_after_unlink(place: Place, qemu_under_test: QemuUnderTest) -> None:
     """A file opened before Tunlinkat: Tgetattr still works (nlink 0), a write of msize/2 bytes is
-    done in full and reads back byte for byte; a fid that was only walked, not opened, is dead."""
+    done in full and reads back byte for byte; a fid that was only walked, not opened, is dead; on
+    QEMU >= 10.1 (as upstream's case) the open file truncates to 2001 bytes through its fid."""
     p9 = place.session
     dfid = place.make_file("09", "doa_file")
     opened = p9.new_fid()
-    p9.walk(place.fid, [p for p in ["09", "doa_file"] if p], opened)
+    p9.walk(place.fid, ["09", "doa_file"], opened)
     walked = p9.new_fid()
-    p9.walk(place.fid, [p for p in ["09", "doa_file"] if p], walked)
+    p9.walk(place.fid, ["09", "doa_file"], walked)
     p9.lopen(opened, os.O_RDWR)
     p9.unlinkat(dfid, "doa_file")
     assert not place.host_path("09", "doa_file").exists()
@@ -97,5 +108,38 @@ def test_use_after_unlink(place: Place) -> None:
     assert p9.getattr(opened).size == len(data)
     with expect_rlerror(errno.ENOENT):
         p9.getattr(walked)
-    for fid in (opened, walked, dfid):
+    for fid in (walked, dfid):
         p9.clunk(fid)
+    if versions.has(qemu_under_test.probe.version, FD_SETATTR):  # as upstream's case checks since then
+        truncate_after_unlink(place, opened)
+    else:  # pinned by use_after_unlink/truncate, a known bug before
+        p9.clunk(opened)
+
+
+@pytest.mark.qemu_bug(
+    fixed_in=FD_SETATTR,
+    reason="v9fs_setattr() truncates by path (v9fs_co_truncate), and the path is gone: ENOENT; since "
+    "10.1 an fid with an open handle is truncated with ftruncate() (upstream's use_after_unlink checks it)",
+    raises=P9Rlerror,
+)
+@case_path("use_after_unlink/truncate", backends=["local"])
+def test_use_after_unlink_truncate(place: Place) -> None:
+    """As QEMU's own local/use_after_unlink since 10.1: an open, unlinked file is truncated to 2001
+    bytes through its fid, and Tgetattr says so."""
+    p9 = place.session
+    dfid = place.make_file("09", "doa_file")
+    opened = p9.walk_fid(place.fid, ["09", "doa_file"])
+    p9.lopen(opened, os.O_WRONLY)
+    p9.unlinkat(dfid, "doa_file")
+    p9.clunk(dfid)
+    assert p9.write(opened, 0, bytes(4096)).count == 4096
+    truncate_after_unlink(place, opened)
+
+
+def truncate_after_unlink(place: Place, opened: int) -> None:
+    p9 = place.session
+    try:
+        p9.rpc(Tsetattr(fid=opened, valid=SETATTR_SIZE, size=2001))
+        assert p9.getattr(opened, wire.GETATTR_BASIC).size == 2001
+    finally:
+        p9.clunk(opened)

@@ -1,52 +1,93 @@
-"""The max_xattr fsdev option (upstream QEMU, 2026): a cap on the xattr fids a client may hold
-open at once, so that a guest cannot pin unbounded server memory with Txattrwalk/Txattrcreate.
+"""The max_xattr fsdev option (QEMU 10.0.12, 11.0.3, 11.1.0): a cap on the xattr fids a client may
+hold at once, 1024 by default, ENOSPC beyond it, ``max_xattr=0`` for none; so that a guest cannot
+pin unbounded server memory with Txattrcreate. QEMU's own ``{synth,local}/xattr_limit/*`` cases,
+under their names: fids walked to WRITE, each with a 1 KiB ``user.test`` created and written;
+on synth the server's own count of xattr fids (``stat/xattr_count``) is checked at every step.
 QEMU 7.2 has no such option: there these cases skip, saying so."""
 
 from __future__ import annotations
 
+import errno
+import os
+
 import pytest
 
 from fixtures.case_path import case_path
+from fixtures.expect import expect_rlerror
 from fixtures.place import Place
-from harness.errors import P9Rlerror
-from harness.p9.messages import Txattrwalk
+from harness.p9.messages import Txattrcreate
 from harness.p9.session import Session
 
-LIMIT = 100
+DEFAULT = 1024  # V9FS_MAX_XATTR_DEFAULT
+SIZE = 1024  # TEST_XATTR_SIZE
+DATA = b"X" * SIZE
 
 
-def open_xattr_fids(p9: Session, fid: int, count: int) -> list[int]:
-    """Txattrwalk (list all: empty name) ``count`` times without clunking; the fids that opened."""
-    opened = []
-    for _ in range(count):
-        newfid = p9.new_fid()
-        try:
-            p9.rpc(Txattrwalk(fid=fid, newfid=newfid, name=""))
-        except P9Rlerror:
-            break
-        opened.append(newfid)
-    return opened
+def xattr_count(p9: Session) -> int:
+    """The server's count of open xattr fids, from the synth file ``stat/xattr_count`` (a size_t)."""
+    fid = p9.walk_fid(0, ["stat", "xattr_count"])
+    p9.lopen(fid, os.O_RDONLY)
+    data = p9.read(fid, 0, 8).data
+    p9.clunk(fid)
+    assert len(data) == 8, data
+    return int.from_bytes(data, "little")
 
 
-@pytest.mark.fsdev(max_xattr=LIMIT)
-@case_path("xattr_limit/custom", backends=["local"])
-def test_xattr_limit_custom(place: Place) -> None:
-    """With max_xattr=100, 100 xattr fids open and the 101st is refused; clunking one makes room."""
+def create(p9: Session, fid: int, name: str = "user.test") -> None:
+    p9.rpc(Txattrcreate(fid=fid, name=name, attr_size=SIZE, flags=0))
+
+
+def do_xattr_limit(place: Place, limit: int | None, counted: bool) -> None:
     p9 = place.session
-    opened = open_xattr_fids(p9, place.fid, LIMIT + 1)
-    assert len(opened) == LIMIT
-    p9.clunk(opened.pop())
-    assert len(open_xattr_fids(p9, place.fid, 1)) == 1
-    for fid in list(p9.fids - {0, place.fid}):
+    fids = []
+    for n in range(1, (limit or DEFAULT + 100) + 1):
+        fid = p9.walk_fid(place.fid, ["WRITE"])
+        create(p9, fid)
+        assert p9.write(fid, 0, DATA).count == SIZE
+        fids.append(fid)
+        if counted:
+            assert xattr_count(p9) == n
+    if limit is not None:  # one more is refused, and counted nowhere
+        refused = p9.walk_fid(place.fid, ["WRITE"])
+        with expect_rlerror(errno.ENOSPC):
+            create(p9, refused, "user.test_exceed")
+        if counted:
+            assert xattr_count(p9) == limit
+        fids.append(refused)
+    for fid in fids:
         p9.clunk(fid)
+    if counted:
+        assert xattr_count(p9) == 0
+
+
+def run_case(place: Place, backend: str, limit: int | None) -> None:
+    if backend == "local":
+        place.host_path("WRITE").write_bytes(b"")
+    do_xattr_limit(place, limit, counted=backend == "synth")
+    if backend == "local":  # every create committed at its Tclunk; the refused one nowhere
+        assert os.getxattr(place.host_path("WRITE"), "user.test") == DATA
+        assert "user.test_exceed" not in os.listxattr(place.host_path("WRITE"))
+
+
+@pytest.mark.qemu_feature("max_xattr")
+@pytest.mark.qemu_feature("synth_xattr", when={"backend": "synth"})
+@case_path("xattr_limit/default")
+def test_xattr_limit_default(place: Place, backend: str) -> None:
+    """No option: 1024 xattr fids created and written; the 1025th ENOSPC; all clunked, count 0."""
+    run_case(place, backend, DEFAULT)
+
+
+@pytest.mark.fsdev(max_xattr=100)
+@pytest.mark.qemu_feature("synth_xattr", when={"backend": "synth"})
+@case_path("xattr_limit/custom")
+def test_xattr_limit_custom(place: Place, backend: str) -> None:
+    """max_xattr=100: 100 xattr fids, the 101st ENOSPC."""
+    run_case(place, backend, 100)
 
 
 @pytest.mark.fsdev(max_xattr=0)
-@case_path("xattr_limit/unlimited", backends=["local"])
-def test_xattr_limit_unlimited(place: Place) -> None:
-    """max_xattr=0 means no cap: three times the custom limit all open."""
-    p9 = place.session
-    opened = open_xattr_fids(p9, place.fid, 3 * LIMIT)
-    assert len(opened) == 3 * LIMIT
-    for fid in opened:
-        p9.clunk(fid)
+@pytest.mark.qemu_feature("synth_xattr", when={"backend": "synth"})
+@case_path("xattr_limit/unlimited")
+def test_xattr_limit_unlimited(place: Place, backend: str) -> None:
+    """max_xattr=0: no limit; 100 past the default all open."""
+    run_case(place, backend, None)

@@ -29,7 +29,17 @@ def test_argv_for_local_legacy() -> None:
     device = argv[argv.index("-device") + 1]
     assert device == "virtio-9p-pci,fsdev=fsdev0,mount_tag=qtest,addr=04.0,disable-modern=on,ioeventfd=off"
     assert argv[argv.index("-m") + 1] == "256M"
+    assert argv[argv.index("-qmp") + 1] == "unix:/s/qmp.sock" and "-mon" not in argv
     assert argv[-2:] == ["-accel", "qtest"]
+
+
+def test_qemu_prints_no_deprecation_warning_for_our_argv(qemu_under_test: QemuUnderTest) -> None:
+    """Whatever QEMU is under test, the options the harness starts it with are current there."""
+    config = MachineConfig(binary=qemu_under_test.binary, accel=qemu_under_test.probe.accel)
+    with Machine(config) as machine:
+        machine.qmp("query-status")  # QMP greeted too: every connection the harness makes is up
+        printed = machine.output_text()
+    assert "deprecated" not in printed.lower(), printed
 
 
 def test_degraded_accel_stops_the_vcpus() -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from harness.p9 import malformed, wire
+from harness.qemu import versions
 
 
 def test_every_request_gets_size_and_cut_entries() -> None:
@@ -29,8 +32,18 @@ def test_entries_are_broken_in_the_way_they_say() -> None:
             assert kind not in wire.BY_TYPE
 
 
-def test_outcomes_are_recorded_for_the_provisioned_qemu() -> None:
-    outcomes = malformed.recorded("7.2.22")
-    assert outcomes is not None
-    assert set(outcomes) == {entry.name for entry in malformed.catalogue()}
+@pytest.mark.parametrize("version", versions.KNOWN)
+def test_outcomes_are_recorded_for_every_known_version(version: str) -> None:
+    outcomes = malformed.recorded(version)
+    assert outcomes is not None, f"python -m harness malformed-report --record on QEMU {version}"
+    entries = {entry.name: entry for entry in malformed.catalogue()}
+    assert set(outcomes) == set(entries)
     assert not any(malformed.died(outcome) for outcome in outcomes.values())
+    assert all(malformed.plausible(entries[name], outcome) for name, outcome in outcomes.items())
+
+
+def test_plausible_answers() -> None:
+    walk = next(e for e in malformed.catalogue() if e.name == "Twalk/size_larger")
+    assert malformed.plausible(walk, "Rlerror EINVAL") and malformed.plausible(walk, "Rwalk")
+    assert malformed.plausible(walk, malformed.Fate.NEEDS_RESET)
+    assert not malformed.plausible(walk, "Rgetattr") and not malformed.plausible(walk, "died: killed by SIGSEGV (-11)")

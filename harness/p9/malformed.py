@@ -234,12 +234,27 @@ def as_seen_on(transport: str, outcome: str) -> str:
     return Fate.NO_REPLY if transport == "legacy" and outcome == Fate.NEEDS_RESET else outcome
 
 
+def recordings() -> dict[str, dict[str, str]]:
+    """Every version's recorded outcomes."""
+    data: dict[str, dict[str, str]] = json.loads(RECORDED.read_text()) if RECORDED.exists() else {}
+    return data
+
+
 def recorded(version: str) -> dict[str, str] | None:
     """The outcomes recorded for QEMU ``version``, or None."""
-    if not RECORDED.exists():
-        return None
-    data: dict[str, dict[str, str]] = json.loads(RECORDED.read_text())
-    return data.get(version)
+    return recordings().get(version)
+
+
+def plausible(entry: Malformed, outcome: str) -> bool:
+    """What any server may answer a malformed request with: an Rlerror, a device error, a buffer
+    returned empty, or the reply of the request the frame still is (a server may read past a
+    lying size field); never a crash, and never the reply of another request."""
+    if outcome in (Fate.NEEDS_RESET, Fate.NO_REPLY, Fate.EMPTY) or outcome.startswith("Rlerror "):
+        return True
+    if died(outcome) or len(entry.frame) < wire.HEADER_SIZE:
+        return False
+    request = wire.BY_TYPE.get(entry.frame[4])
+    return request is not None and issubclass(request, wire.TMessage) and outcome == request.reply_class().NAME
 
 
 def record(version: str, outcomes: dict[str, str]) -> None:

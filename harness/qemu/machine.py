@@ -111,8 +111,8 @@ class MachineConfig:
             "-nodefaults",
             "-qtest", f"unix:{qtest_socket}",
             "-qtest-log", "none",  # not "/dev/null": QEMU would still format every command and reply
-            "-chardev", _options("socket", [("path", str(qmp_socket)), ("id", "qmp0")]),
-            "-mon", "chardev=qmp0,mode=control",
+            # QMP as a client of our socket; not -chardev + -mon, which QEMU 11.1 deprecates
+            "-qmp", f"unix:{qmp_socket}",
             "-fsdev", _options(self.fs.kind, self.fs.fsdev("fsdev0")),
             "-device", _options("virtio-9p-pci", self.device_opts()),
         ]  # fmt: skip

@@ -1,7 +1,8 @@
 """``python -m harness``: provisioning, diagnosis and benchmarks.
 
-python -m harness qemu build [--with-qos-test]   build (once) and print the binary's path
-python -m harness qemu path                      print the binary the harness would use
+python -m harness qemu build [ORIGIN]            build (once) and print the binary's path
+python -m harness qemu path [ORIGIN]             print the binary the harness would use
+python -m harness qemu list                      the builds in the cache
 python -m harness doctor [--qemu-binary B]       what the harness sees, as a table
 python -m harness bench rtt [--qemu-binary B]    qtest and 9P round trips per second
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, ProvisionError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,9 +21,15 @@ def main(argv: list[str] | None = None) -> int:
 
     qemu = sub.add_parser("qemu", help="provision the QEMU under test")
     qemu_sub = qemu.add_subparsers(dest="action", required=True)
-    build = qemu_sub.add_parser("build", help="build a qtest-capable QEMU from Debian's source package")
-    build.add_argument("--with-qos-test", action="store_true", help="also build QEMU's C tests/qtest/qos-test")
-    qemu_sub.add_parser("path", help="print the binary the harness would use")
+    origins = "bookworm (QEMU 7.2), trixie (QEMU 10.0, the default)"
+    build = qemu_sub.add_parser("build", help="build a qtest-capable QEMU (with QEMU's qos-test) into the cache")
+    which = build.add_mutually_exclusive_group()
+    which.add_argument("origin", nargs="?", default=None, help=f"a Debian suite: {origins}")
+    which.add_argument("--source", metavar="DIR|TARBALL", help="a QEMU source tree or tarball of your own")
+    build.add_argument("--with-qos-test", action="store_true", help="(always done now; kept for old scripts)")
+    path = qemu_sub.add_parser("path", help="print the binary the harness would use (or the build of ORIGIN)")
+    path.add_argument("origin", nargs="?", default=None, help=f"{origins}, or a source tree/tarball built before")
+    qemu_sub.add_parser("list", help="the builds in the cache: origin, version, seconds, path")
 
     doctor = sub.add_parser("doctor", help="print what the harness finds")
     doctor.add_argument("--qemu-binary")
@@ -94,13 +101,8 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     from harness.qemu import provision
 
-    if args.command == "qemu" and args.action == "build":
-        print(provision.build(with_qos_test=args.with_qos_test))
-        return 0
-    if args.command == "qemu" and args.action == "path":
-        binary, source = provision.find_qemu()
-        print(f"{binary}  (from {source})")
-        return 0
+    if args.command == "qemu":
+        return _qemu(args)
     if args.command == "doctor":
         from harness.tools.doctor import doctor
 
@@ -132,6 +134,32 @@ def _dispatch(args: argparse.Namespace) -> int:
         binary, _ = provision.find_qemu(args.qemu_binary)
         return report(binary, args.transport, args.record)
     raise AssertionError(args)
+
+
+def _qemu(args: argparse.Namespace) -> int:
+    from tabulate import tabulate
+
+    from harness.qemu import build, provision
+
+    if args.action == "build":
+        print(provision.build(args.source or args.origin or build.DEFAULT_ORIGIN))
+        return 0
+    if args.action == "path" and args.origin:
+        binary = provision.cached_build(origin=args.origin)
+        if binary is None:
+            raise ProvisionError(f"no build of {args.origin} in the cache: python -m harness qemu build {args.origin}")
+        print(binary)
+        return 0
+    if args.action == "path":
+        binary, source = provision.find_qemu()
+        print(f"{binary}  (from {source})")
+        return 0
+    rows = [
+        (b.origin, b.version, b.seconds, "yes" if b.qos_test else "no", b.binary)
+        for b in build.builds(provision.cache_root())
+    ]
+    print(tabulate(rows, headers=("origin", "QEMU", "build s", "qos-test", "binary"), tablefmt="github"))
+    return 0
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -1,0 +1,355 @@
+"""Building qtest-capable QEMUs into the cache, one directory per origin.
+
+Debian's packaged ``qemu-system-x86`` has no qtest accelerator, so the harness builds
+``qemu-system-x86_64`` itself, TCG off, with QEMU's C ``qos-test`` beside it, from one of:
+
+- ``debian:bookworm`` — QEMU 7.2 (Debian 12's source package)
+- ``debian:trixie`` — QEMU 10.0 LTS (Debian 13's source package, with its 9pfs backports)
+- ``source:PATH`` — a QEMU source tree or release/``git archive`` tarball the user names (their
+  checkout, with or without their patch; the master tarball in ``../shared/qemu-src``)
+
+Each build lives in ``<cache>/qemu-<version>-<origin label>/`` with a ``build.json`` stamp that
+says what it was built from; a source tree is keyed by its git commit and uncommitted diff (or,
+outside git, by its files' sizes and times), a tarball by its contents, so a changed tree is
+built again into a directory of its own. Newer trees need a Python venv with meson and pycotap
+from PyPI (QEMU >= 8.1 builds its own venv at configure time and bookworm's meson is too old),
+Debian's patches for ``+ds`` sources (``dpkg-source -x`` applies them) and configure flags that
+keep it offline; configure flags a tree does not know are left out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import ProvisionError
+
+BINARY_NAME = "qemu-system-x86_64"
+STAMP = "build.json"
+BUILD_DEPS = (
+    "build-essential", "ninja-build", "meson", "libglib2.0-dev", "libpixman-1-dev", "libcap-ng-dev",
+    "libattr1-dev", "pkg-config", "python3-venv", "flex", "bison", "libfdt-dev", "zlib1g-dev", "dpkg-dev",
+)  # fmt: skip
+RUNTIME_DEPS = ("seabios", "qemu-system-data", "ipxe-qemu")  # ipxe-qemu: NIC ROMs for qos-test's machine
+#: TCG off is what makes the build take minutes, not a quarter of an hour; qtest does not need it.
+#: Newer trees: no downloads (subprojects come with the tree), no firmware blobs, no Rust.
+CONFIGURE = (
+    "--target-list=x86_64-softmmu", "--disable-tcg", "--enable-kvm", "--enable-virtfs",
+    "--without-default-features", "--enable-attr", "--enable-cap-ng", "--disable-docs", "--disable-tools",
+    "--disable-werror", "--disable-download", "--disable-install-blobs", "--disable-rust",
+)  # fmt: skip
+#: What QEMU >= 8.1's configure needs in the Python it is given (its own mkvenv checks them).
+PYTHON_DEPS = ("meson>=1.9,<2", "pycotap==1.3.1", "qemu.qmp==0.0.6", "wheel", "setuptools")
+DEBIAN_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
+PROJECT = "virtio9p-harness"
+#: Debian suites the harness builds from, and the QEMU each serves.
+SUITES = {"bookworm": "7.2", "trixie": "10.0"}
+#: What a bare ``qemu build`` (and ``make qemu``) builds: Debian stable's QEMU (README: why).
+DEFAULT_ORIGIN = "debian:trixie"
+
+
+def say(message: str) -> None:
+    print(f"[qemu build] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Build:
+    """One completed build in the cache."""
+
+    directory: Path
+    origin: str
+    version: str
+    seconds: float
+    key: str = ""
+
+    @property
+    def binary(self) -> Path:
+        return self.directory / BINARY_NAME
+
+    @property
+    def qos_test(self) -> Path | None:
+        path = self.directory / "qos-test"
+        return path if path.is_file() else None
+
+
+def builds(root: Path) -> list[Build]:
+    """Every completed build under ``root``, newest first."""
+    found = []
+    for stamp in root.glob(f"qemu-*/{STAMP}"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            data = json.loads(stamp.read_text())
+            if not (stamp.parent / BINARY_NAME).is_file():
+                continue
+            # stamps from before several origins existed: a bookworm build
+            origin = data.get("origin", "debian:bookworm")
+            found.append(Build(stamp.parent, origin, data["version"], data.get("seconds", 0.0), data.get("key", "")))
+    return sorted(found, key=lambda b: b.directory.stat().st_mtime, reverse=True)
+
+
+def origin_of(name: str) -> str:
+    """``bookworm``, ``trixie``, ``debian:trixie``, ``7.2``, ``10.0`` or a path: the origin it names."""
+    for suite, version in SUITES.items():
+        if name in (suite, f"debian:{suite}", version):
+            return f"debian:{suite}"
+    path = Path(name.removeprefix("source:")).expanduser()
+    if not path.exists():
+        raise ProvisionError(f"{name!r} names no Debian suite ({', '.join(SUITES)}) and no source tree or tarball")
+    return f"source:{path.resolve()}"
+
+
+def find_build(origin: str, root: Path) -> Build | None:
+    """The cached build of ``origin``; for a source tree, only one of its current state."""
+    key = source_key(Path(origin.removeprefix("source:"))) if origin.startswith("source:") else ""
+    for build in builds(root):
+        if build.origin == origin and build.key == key:
+            return build
+    return None
+
+
+# -- keys of source trees ------------------------------------------------------------------------
+
+
+def source_key(path: Path) -> str:
+    """What a source build is keyed by: a tarball's contents; a git tree's commit and uncommitted
+    diff; any other tree's files (names, sizes, times), build directories left out."""
+    digest = hashlib.sha256()
+    if path.is_file():
+        with open(path, "rb") as tarball:
+            for block in iter(lambda: tarball.read(1 << 20), b""):
+                digest.update(block)
+        return digest.hexdigest()[:12]
+    if (path / ".git").exists():
+        head = _git(path, "rev-parse", "HEAD")
+        digest.update(head.encode() + _git(path, "diff", "HEAD").encode())
+        return digest.hexdigest()[:12]
+    for file in sorted(path.rglob("*")):
+        rel = file.relative_to(path)
+        if rel.parts[0].startswith("build") or not file.is_file():
+            continue
+        info = file.stat()
+        digest.update(f"{rel}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:12]
+
+
+def _git(tree: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ProvisionError(f"git {' '.join(args)} in {tree} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+# -- building --------------------------------------------------------------------------------------
+
+
+def build(origin: str, root: Path, *, with_qos_test: bool = True) -> Build:
+    """The build of ``origin``, made now unless it is in the cache."""
+    with _locked(root):
+        done = find_build(origin, root)
+        if done is not None and (done.qos_test or not with_qos_test):
+            return done
+        return _build_fresh(origin, root, with_qos_test)
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _build_fresh(origin: str, root: Path, with_qos_test: bool) -> Build:
+    start = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=root))
+    log = work / "build.log"
+    say(f"building a qtest-capable QEMU from {origin} in {work} (log: {log})")
+    try:
+        ensure_packages(log, origin)
+        tree, key = _unpack(origin, work, log)
+        version = (tree / "VERSION").read_text().strip()
+        build_dir = work / "build"
+        build_dir.mkdir()
+        flags = [*supported_flags(tree), *_python_flag(tree, root, log)]
+        say(f"configure (QEMU {version}, TCG off, virtfs on)")
+        _sh([str(tree / "configure"), *flags], log, cwd=build_dir)
+        targets = [BINARY_NAME] + (["tests/qtest/qos-test"] if with_qos_test else [])
+        _ninja(build_dir, targets, log)
+        shutil.copy2(build_dir / BINARY_NAME, work / BINARY_NAME)
+        if with_qos_test:
+            shutil.copy2(build_dir / "tests" / "qtest" / "qos-test", work / "qos-test")
+        seconds = round(time.monotonic() - start, 1)
+        stamp = {"version": version, "origin": origin, "key": key, "seconds": seconds, "configure": flags}
+        (work / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+        final = root / f"qemu-{version}-{label(origin, key)}"
+        if final.exists():
+            shutil.rmtree(final)
+        work.rename(final)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    say(f"done in {seconds:.0f} s: {final / BINARY_NAME}")
+    return Build(final, origin, version, seconds, key)
+
+
+def label(origin: str, key: str) -> str:
+    """``debian-trixie``, ``src-<key>``: the build directory's suffix."""
+    return origin.replace("debian:", "debian-") if origin.startswith("debian:") else f"src-{key}"
+
+
+def _unpack(origin: str, work: Path, log: Path) -> tuple[Path, str]:
+    """The source tree to configure (inside ``work`` unless the user's own tree) and its key."""
+    if origin.startswith("debian:"):
+        return _debian_source(origin.removeprefix("debian:"), work, log), ""
+    path = Path(origin.removeprefix("source:"))
+    key = source_key(path)
+    if path.is_dir():
+        tree = path
+    else:
+        say(f"unpacking {path}")
+        with tarfile.open(path) as archive:
+            archive.extractall(work / "src", filter="tar")
+        (tree,) = [p for p in (work / "src").iterdir() if p.is_dir()] or [work / "src"]
+    _check_tree(tree)
+    return tree, key
+
+
+def _check_tree(tree: Path) -> None:
+    if not (tree / "configure").is_file() or not (tree / "VERSION").is_file():
+        raise ProvisionError(f"{tree} is not a QEMU source tree (no configure or VERSION)")
+    if not (tree / ".git").exists() and not (tree / "subprojects" / "keycodemapdb" / "README").exists():
+        raise ProvisionError(
+            f"{tree} is neither a git checkout nor a release tarball: QEMU's configure needs "
+            "subprojects/keycodemapdb (and berkeley-softfloat-3, berkeley-testfloat-3); copy them in from a "
+            "release tarball or Debian's source package"
+        )
+
+
+def _debian_source(suite: str, work: Path, log: Path) -> Path:
+    say(f"apt-get source qemu ({suite})")
+    _sh(["apt-get", "source", "--download-only", "-q", f"qemu/{suite}"], log, cwd=work)
+    dsc = max(work.glob("qemu_*.dsc"))
+    _sh(["dpkg-source", "-x", str(dsc), "src"], log, cwd=work)  # applies Debian's patches
+    for name in (p.name for p in work.glob("qemu_*")):
+        (work / name).unlink()
+    return work / "src"
+
+
+def supported_flags(tree: Path) -> list[str]:
+    """:data:`CONFIGURE`, less the flags this tree's configure does not know (7.2 has no
+    ``--disable-download`` or ``--disable-rust``)."""
+    configure = (tree / "configure").read_text(errors="replace")
+    options_file = tree / "meson_options.txt"
+    options = options_file.read_text(errors="replace") if options_file.exists() else ""
+    kept = []
+    for flag in CONFIGURE:
+        name = re.sub(r"^--(enable|disable|without|with)-", "", flag.split("=")[0])
+        if flag.split("=")[0] in configure or f"option('{name.replace('-', '_')}'" in options:
+            kept.append(flag)
+    return kept
+
+
+def _python_flag(tree: Path, root: Path, log: Path) -> list[str]:
+    """``--python=VENV`` for a tree whose configure builds its own venv (QEMU >= 8.1): one venv
+    in the cache with meson and pycotap from PyPI, made once."""
+    if not (tree / "python" / "scripts" / "mkvenv.py").exists():
+        return []
+    venv = root / "configure-python"
+    python = venv / "bin" / "python3"
+    if not (venv / ".installed").exists():
+        say(f"a Python venv for configure: {' '.join(PYTHON_DEPS)}")
+        shutil.rmtree(venv, ignore_errors=True)
+        _sh([sys.executable, "-m", "venv", str(venv)], log)
+        _sh([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PYTHON_DEPS], log)
+        (venv / ".installed").touch()
+    return [f"--python={python}"]
+
+
+def ensure_packages(log: Path, origin: str) -> None:
+    """Build dependencies, and deb-src entries for the suite a Debian origin names."""
+    missing = missing_packages([*BUILD_DEPS, *RUNTIME_DEPS])
+    suite = origin.removeprefix("debian:") if origin.startswith("debian:") else None
+    sources = Path(f"/etc/apt/sources.list.d/{PROJECT}-src-{suite}.sources") if suite else None
+    if not missing and (sources is None or sources.exists()):
+        return
+    if os.geteuid() != 0:
+        raise ProvisionError(
+            f"building QEMU needs root for apt-get (missing: {', '.join(missing) or f'deb-src entries of {suite}'}); "
+            "run `make qemu` as root or install them yourself"
+        )
+    if sources is not None and not sources.exists():
+        sources.write_text(_deb_src(suite or ""))
+        say(f"wrote {sources} (source packages only: no binary package of {suite} is installed)")
+    say("apt-get update")
+    _sh(["apt-get", "update", "-q"], log)
+    if missing:
+        say(f"installing {len(missing)} packages: {' '.join(missing)}")
+        _sh(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], log)
+
+
+def _deb_src(suite: str) -> str:
+    """deb-src entries for ``suite``, from the mirror the machine's own sources use."""
+    text = DEBIAN_SOURCES.read_text() if DEBIAN_SOURCES.exists() else ""
+    mirror = re.search(r"^URIs:\s*(\S+)", text, re.MULTILINE)
+    security = re.search(r"^URIs:\s*(\S*security\S*)", text, re.MULTILINE)
+    main = mirror.group(1) if mirror else "http://deb.debian.org/debian"
+    entries = [f"Types: deb-src\nURIs: {main}\nSuites: {suite} {suite}-updates\nComponents: main\n"]
+    if security:
+        entries.append(f"Types: deb-src\nURIs: {security.group(1)}\nSuites: {suite}-security\nComponents: main\n")
+    signed = re.search(r"^Signed-By:\s*(\S+)", text, re.MULTILINE)
+    if signed:
+        entries = [e + f"Signed-By: {signed.group(1)}\n" for e in entries]
+    return "\n".join(entries)
+
+
+def missing_packages(packages: list[str]) -> list[str]:
+    query = subprocess.run(
+        ["dpkg-query", "-W", "-f", "${Package} ${db:Status-Abbrev}\n", *packages],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    installed = {line.split()[0] for line in query.stdout.splitlines() if line.split()[1:2] == ["ii"]}
+    return [p for p in packages if p not in installed]
+
+
+def _sh(argv: list[str], log: Path, cwd: Path | None = None) -> None:
+    with open(log, "a") as out:
+        out.write(f"\n$ {' '.join(argv)}\n")
+        out.flush()
+        result = subprocess.run(
+            argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, check=False,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )  # fmt: skip
+    if result.returncode != 0:
+        raise ProvisionError(f"`{' '.join(argv)}` failed with status {result.returncode}; log {log}:\n{_tail(log)}")
+
+
+def _tail(log: Path) -> str:
+    return "".join(log.read_text(errors="replace").splitlines(keepends=True)[-25:])
+
+
+def _ninja(build_dir: Path, targets: list[str], log: Path) -> None:
+    """Run ninja, printing its progress every few seconds."""
+    with open(log, "a") as out:
+        proc = subprocess.Popen(["ninja", *targets], cwd=build_dir, stdout=subprocess.PIPE, stderr=out, text=True)
+        assert proc.stdout is not None
+        last = 0.0
+        for line in proc.stdout:
+            out.write(line)
+            if (step := re.match(r"\[(\d+)/(\d+)\]", line)) and time.monotonic() - last > 5:
+                say(f"compiling {step.group(1)}/{step.group(2)}")
+                last = time.monotonic()
+        status = proc.wait()
+    if status != 0:
+        raise ProvisionError(f"ninja {' '.join(targets)} failed; log {log}:\n{_tail(log)}")

@@ -1,0 +1,55 @@
+"""QEMU versions: which have a fix or a change, and which the expectations were made on.
+
+A fix (or a change of behaviour) is named by the releases that first carry it, one per stable
+branch where it was backported, and the mainline release (``x.y.0``) it went into:
+``("10.0.12", "11.0.3", "11.1.0")``. A version has it when its own branch's release at or below
+it carries it, or when it is at or above the mainline release (every later version has it).
+So 10.2.2 lacks a fix of ``("10.0.12", "11.1.0")``, 10.0.13 and 11.1.50 (master) have it, and
+an empty tuple (no fix known) is had by no version.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+#: The versions the suite's expectations were made on (known bugs, malformed outcomes).
+KNOWN = ("7.2.22", "10.0.13", "11.1.50")
+
+# Behaviour that changed by design, named by the releases that first have the new one.
+#: the max_xattr fsdev option; the synth tree's stat/xattr_count; xattrs on synth pretend to work
+MAX_XATTR = ("10.0.12", "11.0.3", "11.1.0")
+#: multidevs=remap is the default: qid.path is no longer the host inode number
+REMAP_DEFAULT = ("10.0.0",)
+
+
+def parse(version: str) -> tuple[int, int, int]:
+    """``10.0.13`` -> (10, 0, 13); ``11.1.50`` (a development snapshot) -> (11, 1, 50)."""
+    parts = [int(p) for p in re.findall(r"\d+", version)[:3]]
+    major, minor, patch = [*parts, 0, 0, 0][:3]
+    return major, minor, patch
+
+
+def has(version: str, releases: Sequence[str]) -> bool:
+    """Whether ``version`` carries the fix or change that first shipped in ``releases``."""
+    have = parse(version)
+    for release in map(parse, releases):
+        if release[:2] == have[:2] and have >= release:
+            return True  # its own stable branch has it
+        if release[2] == 0 and have >= release:
+            return True  # mainline: every later version has it
+    return False
+
+
+def nearest_known(version: str, known: Sequence[str] = KNOWN) -> str:
+    """The known version whose expectations ``version`` gets: itself, else the newest known one at
+    or below it (the oldest known one when it is older than all)."""
+    if version in known:
+        return version
+    below = [k for k in known if parse(k) <= parse(version)]
+    return max(below, key=parse) if below else min(known, key=parse)
+
+
+def describe(releases: Sequence[str]) -> str:
+    """``fixed in 10.0.12, 11.0.3, 11.1.0`` or ``no fix known``."""
+    return f"fixed in {', '.join(releases)}" if releases else "no fix known"
