@@ -112,7 +112,7 @@ def test_use_after_unlink(place: Place, qemu_under_test: QemuUnderTest) -> None:
         p9.clunk(fid)
     if versions.has(qemu_under_test.probe.version, FD_SETATTR):  # as upstream's case checks since then
         truncate_after_unlink(place, opened)
-    else:  # pinned by use_after_unlink/truncate, a known bug before
+    else:  # pinned by unlinked_open_file/truncate, a known bug before
         p9.clunk(opened)
 
 
@@ -122,7 +122,7 @@ def test_use_after_unlink(place: Place, qemu_under_test: QemuUnderTest) -> None:
     "10.1 an fid with an open handle is truncated with ftruncate() (upstream's use_after_unlink checks it)",
     raises=P9Rlerror,
 )
-@case_path("use_after_unlink/truncate", backends=["local"])
+@case_path("unlinked_open_file/truncate", backends=["local"])
 def test_use_after_unlink_truncate(place: Place) -> None:
     """As QEMU's own local/use_after_unlink since 10.1: an open, unlinked file is truncated to 2001
     bytes through its fid, and Tgetattr says so."""

@@ -62,7 +62,8 @@ def test_system_reset_waits_for_the_reset_event_and_the_device_comes_back(qemu_u
         channel.reset()
         session = Session(channel)
         assert session.version().msize == 8192
-        assert machine.qmp("query-status") == {"status": "running", "singlestep": False, "running": True}
+        status = machine.qmp("query-status")
+        assert isinstance(status, dict) and (status["status"], status["running"]) == ("running", True)
 
 
 def test_fresh_qemu_marker_gives_a_process_of_its_own(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:

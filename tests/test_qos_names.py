@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from harness.qemu.qemu_suite import QEMU_72_CASES
+from fixtures.devices import QemuUnderTest
+from harness.qemu.qemu_suite import QEMU_72_CASES, qemu_cases
 from tests.subrun import PROJECT
 
 
@@ -19,8 +20,8 @@ def collected_ids(*options: str) -> list[str]:
 
 def test_each_qemu_name_selects_exactly_one_case() -> None:
     ids = collected_ids()
-    assert len(QEMU_72_CASES) == 27
-    for name in QEMU_72_CASES:
+    assert len(QEMU_72_CASES) == 27 and len(qemu_cases("11.1.50")) == len(qemu_cases("10.0.13")) == 34
+    for name in qemu_cases("11.1.50"):
         matches = [node for node in ids if name in node]
         assert len(matches) == 1, f"-k {name} selects {matches}"
         assert matches[0].endswith(f"[{name}]")
@@ -32,13 +33,20 @@ def test_every_case_id_is_a_path() -> None:
         assert path.split("/")[0] in ("synth", "local"), node
 
 
-def test_qemu_suite_option_selects_exactly_qemus_cases_in_qemus_order() -> None:
-    chosen = collected_ids("--qemu-suite")
-    assert [node.rsplit("[", 1)[1].rstrip("]") for node in chosen] == list(QEMU_72_CASES)  # qos-test's order
-    walks = collected_ids("--qemu-suite", "-k", "walk")
+def test_qemu_suite_option_selects_exactly_qemus_cases_in_qemus_order(qemu_under_test: QemuUnderTest) -> None:
+    suite = qemu_cases(qemu_under_test.probe.version)
+    chosen = collected_ids("--qemu-binary", str(qemu_under_test.binary), "--qemu-suite")
+    assert [node.rsplit("[", 1)[1].rstrip("]") for node in chosen] == list(suite)  # qos-test's order
+    walks = collected_ids("--qemu-binary", str(qemu_under_test.binary), "--qemu-suite", "-k", "walk")
     assert sorted(node.rsplit("[", 1)[1].rstrip("]") for node in walks) == sorted(
-        name for name in QEMU_72_CASES if "walk" in name
+        name for name in suite if "walk" in name
     )
+
+
+def test_the_suite_of_each_version() -> None:
+    assert qemu_cases("7.2.22") == QEMU_72_CASES
+    assert qemu_cases("11.1.50")[17:20] == tuple(f"synth/xattr_limit/{k}" for k in ("default", "custom", "unlimited"))
+    assert qemu_cases("11.1.50")[-4] == "local/deep_absolute_path"
 
 
 def test_a_case_on_no_chosen_backend_is_deselected_also_under_xdist() -> None:

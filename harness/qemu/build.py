@@ -111,12 +111,12 @@ def origin_of(name: str) -> str:
 
 
 def find_build(origin: str, root: Path) -> Build | None:
-    """The cached build of ``origin``; for a source tree, only one of its current state."""
-    key = source_key(Path(origin.removeprefix("source:"))) if origin.startswith("source:") else ""
-    for build in builds(root):
-        if build.origin == origin and build.key == key:
-            return build
-    return None
+    """The cached build of ``origin``; for a source tree or tarball, one of its current contents,
+    wherever it was built from (a copy of the same tarball elsewhere is the same build)."""
+    if not origin.startswith("source:"):
+        return next((b for b in builds(root) if b.origin == origin), None)
+    key = source_key(Path(origin.removeprefix("source:")))
+    return next((b for b in builds(root) if b.origin.startswith("source:") and b.key == key), None)
 
 
 # -- keys of source trees ------------------------------------------------------------------------

@@ -1,11 +1,12 @@
-"""QEMU's own C virtio-9p suite (tests/qtest/virtio-9p-test.c, QEMU 7.2): its case names, and how
-to run its qos-test binary beside ours on the same QEMU."""
+"""QEMU's own C virtio-9p suite (tests/qtest/virtio-9p-test.c): its case names per version, and
+how to run its qos-test binary beside ours on the same QEMU."""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
 
+from harness.qemu import versions
 from harness.qemu.provision import FIRMWARE_DIRS
 
 #: The 27 cases of QEMU 7.2, by the names both suites use, in the order qos-test runs them.
@@ -21,6 +22,25 @@ QEMU_72_CASES = (
         "unlinkat_symlink", "hardlink_file", "unlinkat_hardlink", "use_after_unlink",
     )),
 )  # fmt: skip
+
+#: Paths longer than 64 KiB work (local/deep_absolute_path came with the fix).
+LONG_PATHS = ("10.0.11", "10.2.4", "11.0.2", "11.1.0")
+XATTR_LIMIT_CASES = ("xattr_limit/default", "xattr_limit/custom", "xattr_limit/unlimited")
+
+
+def qemu_cases(version: str) -> tuple[str, ...]:
+    """The cases of QEMU ``version``'s own suite, in the order its qos-test runs them: 7.2's 27,
+    and the 34 of versions with max_xattr and long paths (10.0.12, 11.1.0, master)."""
+    synth = [name for name in QEMU_72_CASES if name.startswith("synth/")]
+    local = [name for name in QEMU_72_CASES if name.startswith("local/")]
+    if versions.has(version, versions.MAX_XATTR):
+        synth += [f"synth/{name}" for name in XATTR_LIMIT_CASES]
+    if versions.has(version, LONG_PATHS):
+        local.append("local/deep_absolute_path")
+    if versions.has(version, versions.MAX_XATTR):
+        local += [f"local/{name}" for name in XATTR_LIMIT_CASES]
+    return (*synth, *local)
+
 
 #: Where qos-test registers them on x86_64 pc.
 QOS_PREFIX = "/x86_64/pc/i440FX-pcihost/pci-bus-pc/pci-bus/virtio-9p-pci/virtio-9p/virtio-9p-tests"
