@@ -76,12 +76,16 @@ def main(argv: list[str] | None = None) -> int:
     malformed.add_argument("--transport", choices=("modern", "legacy"), default="modern")
     malformed.add_argument("--record", action="store_true", help="store the outcomes as this QEMU's expectations")
 
+    bugs = sub.add_parser("known-bugs", help="the known QEMU bugs the cases pin, and which versions have each")
+    bugs.add_argument("--readme", action="store_true", help="rewrite the README's table")
+
     replay = sub.add_parser("replay", help="re-send a reproducer to a fresh QEMU; report the first difference")
     replay.add_argument("file")
     replay.add_argument("--qemu-binary")
 
     matrix = sub.add_parser("matrix", help="the same cases against several QEMU binaries, differences first")
-    matrix.add_argument("--qemu", action="append", required=True, help="a QEMU binary (give two or more)")
+    matrix.add_argument("--qemu", action="append", default=[], help="a QEMU binary (give two or more)")
+    matrix.add_argument("--builds", action="store_true", help="every build in the cache (python -m harness qemu list)")
     matrix.add_argument("selection", nargs=argparse.REMAINDER, help="pytest arguments, e.g. -k readdir")
 
     repl = sub.add_parser("repl", help="an interactive 9P session on a fresh QEMU")
@@ -119,15 +123,21 @@ def _dispatch(args: argparse.Namespace) -> int:
         binary, _ = provision.find_qemu(args.qemu_binary)
         return run_repl(binary, args.backend, args.export, args.transport)
     if args.command == "matrix":
+        from harness.qemu import build
         from harness.tools.matrix import matrix as run_matrix
 
-        return run_matrix(args.qemu, [arg for arg in args.selection if arg != "--"])
+        builds = [str(b.binary) for b in build.builds(provision.cache_root())] if args.builds else []
+        return run_matrix([*args.qemu, *builds], [arg for arg in args.selection if arg != "--"])
     if args.command == "replay":
         from pathlib import Path
 
         from harness.tools.replay import replay as run_replay
 
         return run_replay(Path(args.file), args.qemu_binary)
+    if args.command == "known-bugs":
+        from harness.tools.known_bugs import main as known_bugs
+
+        return known_bugs(args.readme)
     if args.command == "malformed-report":
         from harness.tools.malformed_report import report
 

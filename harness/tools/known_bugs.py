@@ -1,0 +1,100 @@
+"""``python -m harness known-bugs``: the known QEMU bugs the cases pin, and which versions have each.
+
+Read from the cases' ``@pytest.mark.qemu_bug(fixed_in=..., reason=...)`` markers (parsed, not
+imported: the harness never imports the cases), so the table a packager reads in the README is
+the one the suite enforces; ``--readme`` rewrites the README's copy of it.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from harness.qemu import versions
+
+PROJECT = Path(__file__).resolve().parents[2]
+BEGIN, END = "<!-- known-bugs: python -m harness known-bugs --readme -->", "<!-- /known-bugs -->"
+
+
+@dataclass(frozen=True)
+class KnownBug:
+    case: str
+    fixed_in: tuple[str, ...]
+    reason: str
+
+
+def known_bugs(cases: Path = PROJECT / "cases") -> list[KnownBug]:
+    found = []
+    for path in sorted(cases.glob("test_*.py")):
+        module = ast.parse(path.read_text())
+        constants = {  # module-level NAME = literal, which a marker may name
+            target.id: node.value
+            for node in module.body
+            if isinstance(node, ast.Assign)
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        for node in ast.walk(module):
+            if isinstance(node, ast.FunctionDef):
+                found += _bugs_of(node, constants)
+    return sorted(found, key=lambda bug: bug.case)
+
+
+def _bugs_of(function: ast.FunctionDef, constants: dict[str, ast.expr]) -> list[KnownBug]:
+    def value(node: ast.expr) -> Any:
+        return ast.literal_eval(constants[node.id] if isinstance(node, ast.Name) else node)
+
+    path, backends, bugs = "", ["synth", "local"], []
+    for decorator in function.decorator_list:
+        if not isinstance(decorator, ast.Call):
+            continue
+        name = ast.unparse(decorator.func)
+        kwargs = {k.arg: k.value for k in decorator.keywords if k.arg}
+        if name == "case_path":
+            path = value(decorator.args[0])
+            backends = value(kwargs["backends"]) if "backends" in kwargs else backends
+        elif name == "pytest.mark.qemu_bug":
+            when = value(kwargs["when"]) if "when" in kwargs else {}
+            bugs.append((tuple(value(kwargs["fixed_in"])), value(kwargs["reason"]), when))
+    return [
+        KnownBug(f"{when.get('backend', '|'.join(backends))}/{_filled(path, when)}", fixed, " ".join(reason.split()))
+        for fixed, reason, when in bugs
+    ]
+
+
+def _filled(path: str, when: dict[str, str]) -> str:
+    """``setattr/mode/{security_model}`` with the values the bug is limited to filled in."""
+    for key, value in when.items():
+        path = path.replace("{" + key + "}", str(value))
+    return path
+
+
+def table(bugs: list[KnownBug]) -> str:
+    headers = ["case", *versions.KNOWN, "fixed in", "what happens"]
+    rows = [
+        [
+            f"`{bug.case}`",
+            *("bug" if not versions.has(v, bug.fixed_in) else "fixed" for v in versions.KNOWN),
+            ", ".join(bug.fixed_in) or "no fix known",
+            bug.reason,
+        ]
+        for bug in bugs
+    ]
+    return str(tabulate(rows, headers=headers, tablefmt="github"))
+
+
+def main(readme: bool) -> int:
+    text = table(known_bugs())
+    if not readme:
+        print(text)
+        return 0
+    path = PROJECT / "README.md"
+    content = path.read_text()
+    start, end = content.index(BEGIN) + len(BEGIN), content.index(END)
+    path.write_text(content[:start] + "\n" + text + "\n" + content[end:])
+    print(f"rewrote the known-bug table in {path}")
+    return 0
