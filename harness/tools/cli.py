@@ -123,10 +123,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         binary, _ = provision.find_qemu(args.qemu_binary)
         return run_repl(binary, args.backend, args.export, args.transport)
     if args.command == "matrix":
-        from harness.qemu import build
+        from harness.qemu import build, versions
         from harness.tools.matrix import matrix as run_matrix
 
-        builds = [str(b.binary) for b in build.builds(provision.cache_root())] if args.builds else []
+        cached = sorted(build.builds(provision.cache_root()), key=lambda b: versions.parse(b.version))
+        builds = [str(b.binary) for b in cached] if args.builds else []
         return run_matrix([*args.qemu, *builds], [arg for arg in args.selection if arg != "--"])
     if args.command == "replay":
         from pathlib import Path

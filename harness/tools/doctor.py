@@ -9,6 +9,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from harness.errors import HarnessError
+from harness.qemu import build as qemu_build
 from harness.qemu import provision
 from harness.qemu.machine import MachineConfig
 from harness.tools.connect import connect
@@ -66,5 +67,8 @@ def doctor(explicit: str | None) -> int:
         rows.append((package, version))
     rows.append(("python", platform.python_version()))
     rows.append(("build cache", str(provision.cache_root())))
+    for build in qemu_build.builds(provision.cache_root()):
+        default = " (the default)" if build.origin == qemu_build.DEFAULT_ORIGIN else ""
+        rows.append((f"cached build {build.origin}{default}", f"QEMU {build.version}: {build.binary}"))
     print(tabulate(rows, headers=("item", "found"), tablefmt="github"))
     return status
