@@ -74,6 +74,8 @@ class Build:
     version: str
     seconds: float
     key: str = ""
+    #: "" for a plain build, "gcov" for one with coverage counters (configure --enable-gcov)
+    variant: str = ""
 
     @property
     def binary(self) -> Path:
@@ -95,7 +97,12 @@ def builds(root: Path) -> list[Build]:
                 continue
             # stamps from before several origins existed: a bookworm build
             origin = data.get("origin", "debian:bookworm")
-            found.append(Build(stamp.parent, origin, data["version"], data.get("seconds", 0.0), data.get("key", "")))
+            found.append(
+                Build(
+                    stamp.parent, origin, data["version"], data.get("seconds", 0.0), data.get("key", ""),
+                    data.get("variant", ""),
+                )
+            )  # fmt: skip
     return sorted(found, key=lambda b: b.directory.stat().st_mtime, reverse=True)
 
 
@@ -110,13 +117,15 @@ def origin_of(name: str) -> str:
     return f"source:{path.resolve()}"
 
 
-def find_build(origin: str, root: Path) -> Build | None:
-    """The cached build of ``origin``; for a source tree or tarball, one of its current contents,
-    wherever it was built from (a copy of the same tarball elsewhere is the same build)."""
+def find_build(origin: str, root: Path, variant: str = "") -> Build | None:
+    """The cached build of ``origin`` (and ``variant``); for a source tree or tarball, one of its
+    current contents, wherever it was built from (a copy of the same tarball elsewhere is the
+    same build)."""
+    candidates = [b for b in builds(root) if b.variant == variant]
     if not origin.startswith("source:"):
-        return next((b for b in builds(root) if b.origin == origin), None)
+        return next((b for b in candidates if b.origin == origin), None)
     key = source_key(Path(origin.removeprefix("source:")))
-    return next((b for b in builds(root) if b.origin.startswith("source:") and b.key == key), None)
+    return next((b for b in candidates if b.origin.startswith("source:") and b.key == key), None)
 
 
 # -- keys of source trees ------------------------------------------------------------------------
@@ -154,13 +163,18 @@ def _git(tree: Path, *args: str) -> str:
 # -- building --------------------------------------------------------------------------------------
 
 
-def build(origin: str, root: Path, *, with_qos_test: bool = True) -> Build:
-    """The build of ``origin``, made now unless it is in the cache."""
+VARIANTS = {"": (), "gcov": ("--enable-gcov",)}
+
+
+def build(origin: str, root: Path, *, with_qos_test: bool = True, variant: str = "") -> Build:
+    """The build of ``origin`` (``variant``: "" or "gcov"), made now unless it is in the cache."""
+    if variant not in VARIANTS:
+        raise ProvisionError(f"unknown build variant {variant!r}; one of {', '.join(filter(None, VARIANTS))}")
     with _locked(root):
-        done = find_build(origin, root)
+        done = find_build(origin, root, variant)
         if done is not None and (done.qos_test or not with_qos_test):
             return done
-        return _build_fresh(origin, root, with_qos_test)
+        return _build_fresh(origin, root, with_qos_test, variant)
 
 
 @contextlib.contextmanager
@@ -171,7 +185,7 @@ def _locked(root: Path) -> Iterator[None]:
         yield
 
 
-def _build_fresh(origin: str, root: Path, with_qos_test: bool) -> Build:
+def _build_fresh(origin: str, root: Path, with_qos_test: bool, variant: str) -> Build:
     start = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="build-", dir=root))
     log = work / "build.log"
@@ -182,7 +196,7 @@ def _build_fresh(origin: str, root: Path, with_qos_test: bool) -> Build:
         version = (tree / "VERSION").read_text().strip()
         build_dir = work / "build"
         build_dir.mkdir()
-        flags = [*supported_flags(tree), *_python_flag(tree, root, log)]
+        flags = [*supported_flags(tree, (*CONFIGURE, *VARIANTS[variant])), *_python_flag(tree, root, log)]
         say(f"configure (QEMU {version}, TCG off, virtfs on)")
         _sh([str(tree / "configure"), *flags], log, cwd=build_dir)
         targets = [BINARY_NAME] + (["tests/qtest/qos-test"] if with_qos_test else [])
@@ -191,9 +205,12 @@ def _build_fresh(origin: str, root: Path, with_qos_test: bool) -> Build:
         if with_qos_test:
             shutil.copy2(build_dir / "tests" / "qtest" / "qos-test", work / "qos-test")
         seconds = round(time.monotonic() - start, 1)
-        stamp = {"version": version, "origin": origin, "key": key, "seconds": seconds, "configure": flags}
+        stamp = {
+            "version": version, "origin": origin, "key": key, "variant": variant, "seconds": seconds,
+            "configure": flags,
+        }  # fmt: skip
         (work / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
-        final = root / f"qemu-{version}-{label(origin, key)}"
+        final = root / f"qemu-{version}-{label(origin, key)}{'-' + variant if variant else ''}"
         if final.exists():
             shutil.rmtree(final)
         work.rename(final)
@@ -201,7 +218,7 @@ def _build_fresh(origin: str, root: Path, with_qos_test: bool) -> Build:
         shutil.rmtree(work, ignore_errors=True)
         raise
     say(f"done in {seconds:.0f} s: {final / BINARY_NAME}")
-    return Build(final, origin, version, seconds, key)
+    return Build(final, origin, version, seconds, key, variant)
 
 
 def label(origin: str, key: str) -> str:
@@ -247,14 +264,15 @@ def _debian_source(suite: str, work: Path, log: Path) -> Path:
     return work / "src"
 
 
-def supported_flags(tree: Path) -> list[str]:
-    """:data:`CONFIGURE`, less the flags this tree's configure does not know (7.2 has no
-    ``--disable-download`` or ``--disable-rust``)."""
-    configure = (tree / "configure").read_text(errors="replace")
+def supported_flags(tree: Path, wanted: tuple[str, ...] = CONFIGURE) -> list[str]:
+    """``wanted`` (:data:`CONFIGURE`), less the flags this tree's configure does not know (7.2 has
+    no ``--disable-download`` or ``--disable-rust``)."""
+    texts = [tree / "configure", tree / "scripts" / "meson-buildoptions.sh"]
+    configure = "".join(path.read_text(errors="replace") for path in texts if path.exists())
     options_file = tree / "meson_options.txt"
     options = options_file.read_text(errors="replace") if options_file.exists() else ""
     kept = []
-    for flag in CONFIGURE:
+    for flag in wanted:
         name = re.sub(r"^--(enable|disable|without|with)-", "", flag.split("=")[0])
         if flag.split("=")[0] in configure or f"option('{name.replace('-', '_')}'" in options:
             kept.append(flag)

@@ -40,9 +40,9 @@ def cache_root() -> Path:
 # -- finding --------------------------------------------------------------------------------------
 
 
-def cached_build(root: Path | None = None, origin: str = DEFAULT_ORIGIN) -> Path | None:
+def cached_build(root: Path | None = None, origin: str = DEFAULT_ORIGIN, variant: str = "") -> Path | None:
     """The cached build of ``origin`` (by default the one ``make qemu`` makes), or None."""
-    found = qemu_build.find_build(qemu_build.origin_of(origin), root or cache_root())
+    found = qemu_build.find_build(qemu_build.origin_of(origin), root or cache_root(), variant)
     return found.binary if found else None
 
 
@@ -204,9 +204,12 @@ def usable_config(
 # -- building (harness.qemu.build) -----------------------------------------------------------------
 
 
-def build(origin: str = DEFAULT_ORIGIN, *, with_qos_test: bool = True, root: Path | None = None) -> Path:
+def build(
+    origin: str = DEFAULT_ORIGIN, *, with_qos_test: bool = True, root: Path | None = None, variant: str = ""
+) -> Path:
     """Build (or find already built) a qtest-capable QEMU of ``origin``; returns the binary."""
-    return qemu_build.build(qemu_build.origin_of(origin), root or cache_root(), with_qos_test=with_qos_test).binary
+    where = root or cache_root()
+    return qemu_build.build(qemu_build.origin_of(origin), where, with_qos_test=with_qos_test, variant=variant).binary
 
 
 def qos_test_for(binary: Path) -> Path | None:

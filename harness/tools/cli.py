@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("origin", nargs="?", default=None, help=f"a Debian suite: {origins}")
     which.add_argument("--source", metavar="DIR|TARBALL", help="a QEMU source tree or tarball of your own")
     build.add_argument("--with-qos-test", action="store_true", help="(always done now; kept for old scripts)")
+    build.add_argument("--gcov", action="store_true", help="with coverage counters (configure --enable-gcov)")
     path = qemu_sub.add_parser("path", help="print the binary the harness would use (or the build of ORIGIN)")
     path.add_argument("origin", nargs="?", default=None, help=f"{origins}, or a source tree/tarball built before")
     qemu_sub.add_parser("list", help="the builds in the cache: origin, version, seconds, path")
@@ -75,6 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     malformed.add_argument("--qemu-binary")
     malformed.add_argument("--transport", choices=("modern", "legacy"), default="modern")
     malformed.add_argument("--record", action="store_true", help="store the outcomes as this QEMU's expectations")
+
+    cov = sub.add_parser("coverage", help="line and branch coverage of hw/9pfs reached by a pytest selection")
+    cov.add_argument("origin", nargs="?", default=None, help="the QEMU to build with gcov (default: trixie)")
+    cov.add_argument("--html", metavar="DIR", help="write gcovr's HTML report into DIR")
+    cov.add_argument("--diff", metavar="BASE", help="also: the lines `git diff BASE` touched in the QEMU source")
+    cov.add_argument("--compare-qos-test", action="store_true", help="also run QEMU's C suite on the same build")
+    cov.add_argument("selection", nargs=argparse.REMAINDER, help="pytest arguments after --, e.g. -- -n 2 -k readdir")
 
     bugs = sub.add_parser("known-bugs", help="the known QEMU bugs the cases pin, and which versions have each")
     bugs.add_argument("--readme", action="store_true", help="rewrite the README's table")
@@ -135,6 +143,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         from harness.tools.replay import replay as run_replay
 
         return run_replay(Path(args.file), args.qemu_binary)
+    if args.command == "coverage":
+        from harness.qemu import build
+        from harness.tools.coverage import coverage
+
+        selection = [arg for arg in args.selection if arg != "--"]
+        return coverage(args.origin or build.DEFAULT_ORIGIN, selection, args.html, args.diff, args.compare_qos_test)
     if args.command == "known-bugs":
         from harness.tools.known_bugs import main as known_bugs
 
@@ -153,7 +167,7 @@ def _qemu(args: argparse.Namespace) -> int:
     from harness.qemu import build, provision
 
     if args.action == "build":
-        print(provision.build(args.source or args.origin or build.DEFAULT_ORIGIN))
+        print(provision.build(args.source or args.origin or build.DEFAULT_ORIGIN, variant="gcov" if args.gcov else ""))
         return 0
     if args.action == "path" and args.origin:
         binary = provision.cached_build(origin=args.origin)
