@@ -187,7 +187,13 @@ def _locked(root: Path) -> Iterator[None]:
 
 def _build_fresh(origin: str, root: Path, with_qos_test: bool, variant: str) -> Build:
     start = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix="build-", dir=root))
+    if variant:  # built where it stays: a gcov build's counter files have their paths compiled in
+        key = source_key(Path(origin.removeprefix("source:"))) if origin.startswith("source:") else ""
+        work = root / f"qemu-{label(origin, key)}-{variant}"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+    else:
+        work = Path(tempfile.mkdtemp(prefix="build-", dir=root))
     log = work / "build.log"
     say(f"building a qtest-capable QEMU from {origin} in {work} (log: {log})")
     try:
@@ -210,10 +216,11 @@ def _build_fresh(origin: str, root: Path, with_qos_test: bool, variant: str) -> 
             "configure": flags,
         }  # fmt: skip
         (work / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
-        final = root / f"qemu-{version}-{label(origin, key)}{'-' + variant if variant else ''}"
-        if final.exists():
-            shutil.rmtree(final)
-        work.rename(final)
+        final = work if variant else root / f"qemu-{version}-{label(origin, key)}"
+        if final != work:
+            if final.exists():
+                shutil.rmtree(final)
+            work.rename(final)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise

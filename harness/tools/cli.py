@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     cov.add_argument("--html", metavar="DIR", help="write gcovr's HTML report into DIR")
     cov.add_argument("--diff", metavar="BASE", help="also: the lines `git diff BASE` touched in the QEMU source")
     cov.add_argument("--compare-qos-test", action="store_true", help="also run QEMU's C suite on the same build")
-    cov.add_argument("selection", nargs=argparse.REMAINDER, help="pytest arguments after --, e.g. -- -n 2 -k readdir")
+    cov.add_argument("selection", nargs="*", help="pytest arguments, after --: -- -n 2 -k readdir")
 
     bugs = sub.add_parser("known-bugs", help="the known QEMU bugs the cases pin, and which versions have each")
     bugs.add_argument("--readme", action="store_true", help="rewrite the README's table")
@@ -102,7 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     repl.add_argument("--export", help="directory to export with --backend local (default: a new empty one)")
     repl.add_argument("--transport", choices=("modern", "legacy"), default="modern")
 
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    selection = argv[argv.index("--") + 1 :] if "--" in argv else []  # pytest's own arguments, untouched
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    if hasattr(args, "selection"):
+        args.selection = [*args.selection, *selection]
     try:
         return _dispatch(args)
     except HarnessError as err:
@@ -134,7 +138,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from harness.qemu import build, versions
         from harness.tools.matrix import matrix as run_matrix
 
-        cached = sorted(build.builds(provision.cache_root()), key=lambda b: versions.parse(b.version))
+        plain = [b for b in build.builds(provision.cache_root()) if not b.variant]
+        cached = sorted(plain, key=lambda b: versions.parse(b.version))
         builds = [str(b.binary) for b in cached] if args.builds else []
         return run_matrix([*args.qemu, *builds], [arg for arg in args.selection if arg != "--"])
     if args.command == "replay":
@@ -180,10 +185,10 @@ def _qemu(args: argparse.Namespace) -> int:
         print(f"{binary}  (from {source})")
         return 0
     rows = [
-        (b.origin, b.version, b.seconds, "yes" if b.qos_test else "no", b.binary)
+        (b.origin, b.version, b.variant or "-", b.seconds, "yes" if b.qos_test else "no", b.binary)
         for b in build.builds(provision.cache_root())
     ]
-    print(tabulate(rows, headers=("origin", "QEMU", "build s", "qos-test", "binary"), tablefmt="github"))
+    print(tabulate(rows, headers=("origin", "QEMU", "variant", "build s", "qos-test", "binary"), tablefmt="github"))
     return 0
 
 
