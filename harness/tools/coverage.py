@@ -3,11 +3,12 @@
 On a gcov build of the QEMU under test (``qemu build ORIGIN --gcov``, made here when missing) the
 counters are zeroed, the selection runs (also under ``-n``: each QEMU writes its counters when it
 exits, and the harness always stops QEMU with QMP ``quit`` or SIGTERM, both a clean exit), and
-gcovr, reading QEMU's ``.gcda`` files, reports lines and branches of ``hw/9pfs/`` per file
-(``9p-proxy.c`` left out: the proxy backend is gone upstream). ``--html DIR`` writes gcovr's HTML
-report; ``--diff BASE`` limits the count to the lines ``git diff BASE`` touched in the QEMU source
-(a patch's own lines, for its reviewer); ``--compare-qos-test`` also runs QEMU's C suite on the
-same build and shows both side by side.
+gcovr, reading QEMU's ``.gcda`` files, reports lines and branches of ``hw/9pfs/`` per file. Left
+out: ``9p-proxy.c`` (the proxy backend is gone upstream), the Xen transport (``xen-9p*``: no
+virtio, nothing a qtest guest can reach) and ``trace-events`` (generated tracing glue).
+``--html DIR`` writes gcovr's HTML report; ``--diff BASE`` limits the count to the lines
+``git diff BASE`` touched in the QEMU source (a patch's own lines, for its reviewer);
+``--compare-qos-test`` also runs QEMU's C suite on the same build and shows both side by side.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from harness.qemu.qemu_suite import QOS_PREFIX, firmware_wrapper
 
 PROJECT = Path(__file__).resolve().parents[2]
 SERVER = "hw/9pfs/"
-LEFT_OUT = r".*9p-proxy.*"
+LEFT_OUT = (r".*9p-proxy.*", r".*xen-9p.*", r".*trace-events$")
 
 
 def source_tree(build: qemu_build.Build) -> Path:
@@ -50,7 +51,7 @@ def zero_counters(build: qemu_build.Build) -> None:
 def gcovr(build: qemu_build.Build, *extra: str) -> subprocess.CompletedProcess[str]:
     tree = source_tree(build)
     argv = [sys.executable, "-m", "gcovr", "--root", str(tree), "--object-directory", str(build.directory / "build"),
-            "--filter", str(tree / SERVER), "--exclude", LEFT_OUT, *extra]  # fmt: skip
+            "--filter", str(tree / SERVER), *(arg for x in LEFT_OUT for arg in ("--exclude", x)), *extra]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise HarnessError(f"gcovr failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -151,6 +152,6 @@ def coverage(origin: str, selection: list[str], html: str | None, diff: str | No
     headers = ["file", "lines", "lines %", "branches", "branches %"]
     if compare_qos_test:
         headers += ["qos-test lines %", "qos-test branches %"]
-    print(f"coverage of {SERVER} (9p-proxy.c left out) on QEMU {build.version} ({build.binary})")
+    print(f"coverage of {SERVER} (proxy, Xen and trace glue left out) on QEMU {build.version} ({build.binary})")
     print(tabulate(table, headers=headers, tablefmt="github"))
     return status
