@@ -134,3 +134,46 @@ def test_xattr_cannot_forge_metadata(place: Place) -> None:
     fid = file_fid(place)
     assert place.session.getattr(fid).mode & 0o170000 == 0o100000
     place.session.clunk(fid)
+
+
+VALUE = bytes(range(256)) * 4  # 1 KiB, every byte value
+
+
+@case_path("xattr/chunked/{chunk}", backends=["local"], chunk=[1, 7, 100, 512, 1024])
+def test_xattr_written_in_several_twrites(place: Place, chunk: int) -> None:
+    """A value written in several Twrites at consecutive offsets is committed whole at Tclunk, to
+    the byte; Txattrwalk then gives its exact size and Treads in pieces read it back."""
+    p9 = place.session
+    fid = file_fid(place)
+    p9.rpc(Txattrcreate(fid=fid, name="user.chunked", attr_size=len(VALUE), flags=0))
+    for at in range(0, len(VALUE), chunk):
+        assert p9.write(fid, at, VALUE[at : at + chunk]).count == len(VALUE[at : at + chunk])
+    p9.clunk(fid)
+    assert os.getxattr(place.host_path("f"), "user.chunked") == VALUE
+    base, xfid = file_fid(place), p9.new_fid()
+    assert p9.rpc(Txattrwalk(fid=base, newfid=xfid, name="user.chunked")).size == len(VALUE)
+    back = b"".join(p9.read(xfid, at, chunk).data for at in range(0, len(VALUE), chunk))
+    assert back == VALUE
+    for f in (xfid, base):
+        p9.clunk(f)
+
+
+@case_path("xattr/virtfs_hidden/{path}", backends=["local"], path=["get", "remove", "replace"])
+def test_virtfs_attributes_are_out_of_reach(place: Place, path: str) -> None:
+    """Under mapped-xattr QEMU keeps a file's mode and owner in user.virtfs.*: no xattr path of
+    the protocol reads, removes or replaces them, and the host's copy is unchanged afterwards."""
+    p9 = place.session
+    fid = file_fid(place)
+    p9.rpc(Tsetattr(fid=fid, valid=0x1, mode=0o100640))  # makes QEMU write user.virtfs.mode
+    host = place.host_path("f")
+    before = os.getxattr(host, "user.virtfs.mode")
+    if path == "get":
+        with expect_rlerror(errno.ENODATA):  # as if there were no such attribute
+            p9.rpc(Txattrwalk(fid=fid, newfid=p9.new_fid(), name="user.virtfs.mode"))
+    else:  # attr_size 0 removes; a new value replaces
+        xfid = create(place, "user.virtfs.mode", b"" if path == "remove" else b"\xff\xff\x00\x00")
+        with expect_rlerror(errno.EACCES):
+            p9.clunk(xfid)
+    assert os.getxattr(host, "user.virtfs.mode") == before
+    assert p9.getattr(fid).mode == 0o100640
+    p9.clunk(fid)
