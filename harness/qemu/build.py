@@ -28,7 +28,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
@@ -242,6 +241,8 @@ def _unpack(origin: str, work: Path, log: Path) -> tuple[Path, str]:
     if path.is_dir():
         tree = path
     else:
+        import tarfile  # only where a tarball is unpacked
+
         say(f"unpacking {path}")
         with tarfile.open(path) as archive:
             archive.extractall(work / "src", filter="tar")

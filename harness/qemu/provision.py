@@ -15,15 +15,17 @@ import re
 import shutil
 import subprocess
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from harness.errors import ProvisionError
 from harness.qemu import build as qemu_build
 from harness.qemu.build import DEFAULT_ORIGIN
-from harness.qemu.machine import FsConfig, MachineConfig, SynthFs, die_with_parent
+
+if TYPE_CHECKING:  # imported where used: the xdist controller prints the header with this module
+    # alone, and importing machine (qtest, sockets) cost it ~25 ms before it could start workers
+    from harness.qemu.machine import FsConfig, MachineConfig
 
 PROJECT = "virtio9p-harness"
 FIRMWARE_DIRS = (Path("/usr/share/seabios"), Path("/usr/share/qemu"))
@@ -109,6 +111,7 @@ class Probe:
 def _run(argv: list[str], stdin: str = "", timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
     """A short QEMU run; it dies with us like any other QEMU (a probe waiting for "quit" on its
     monitor would otherwise outlive a harness killed mid-probe)."""
+    from harness.qemu import machine
     parent = os.getpid()
     return subprocess.run(
         argv,
@@ -117,7 +120,7 @@ def _run(argv: list[str], stdin: str = "", timeout: float = 20.0) -> subprocess.
         text=True,
         timeout=timeout,
         check=False,
-        preexec_fn=lambda: die_with_parent(parent),
+        preexec_fn=lambda: machine.die_with_parent(parent),
     )
 
 
@@ -126,6 +129,8 @@ def probe(binary: Path) -> Probe:
 
     The five QEMU runs go in parallel (about 15 ms each).
     """
+    import concurrent.futures  # here, not at the top: most processes answer from the probe cache
+
     base = [str(binary), "-machine", "none", "-display", "none", "-nodefaults", "-monitor", "stdio"]
     fsdev = ["-fsdev", "local,id=probe,path=/,security_model=none,max_xattr=1"]
     runs = {
@@ -136,7 +141,7 @@ def probe(binary: Path) -> Probe:
         "xattr_qtest": ([*base, "-accel", "qtest", *fsdev], "quit\n"),
     }
     try:
-        with ThreadPoolExecutor(len(runs)) as pool:
+        with concurrent.futures.ThreadPoolExecutor(len(runs)) as pool:
             done = dict(zip(runs, pool.map(lambda run: _run(*run), runs.values()), strict=True))
     except (OSError, subprocess.TimeoutExpired) as err:
         raise ProvisionError(f"cannot run {binary}: {err}") from err
@@ -189,11 +194,13 @@ def usable_config(
 ) -> tuple[MachineConfig, Probe]:
     """Probe ``binary`` (cached), refuse it if it cannot be tested, and configure a machine on it
     (with the qtest accelerator, or degraded ``-accel tcg -S``)."""
+    from harness.qemu import machine
+
     found = probe_cached(binary)
     found.require_usable()
-    config = MachineConfig(
+    config = machine.MachineConfig(
         binary=binary,
-        fs=fs or SynthFs(),
+        fs=fs or machine.SynthFs(),
         transport=transport,  # type: ignore[arg-type]
         accel=found.accel,
         ram_mib=ram_mib,
