@@ -12,6 +12,7 @@ from fixtures.case_path import case_path
 from fixtures.place import Place
 from harness.errors import P9Rlerror
 from harness.p9 import wire
+from harness.qemu import versions
 from synth_tree import NAME_MAX
 
 #: 257 components of 255 bytes plus '/': 65,792 bytes, past 65,535.
@@ -23,7 +24,7 @@ def level_name(level: int) -> str:
 
 
 @pytest.mark.qemu_bug(
-    fixed_in=("10.0.11", "10.2.4", "11.0.2", "11.1.0"),
+    fixed_in=versions.LONG_PATHS,
     reason="V9fsPath.size is uint16_t (fsdev/file-op-9p.h), so a path past 65535 bytes wraps and Twalk "
     "into the deepest directory gets ENOENT; upstream added local/deep_absolute_path with the fix",
     raises=P9Rlerror,

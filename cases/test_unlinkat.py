@@ -18,8 +18,6 @@ from harness.p9.messages import Tsetattr
 from harness.qemu import versions
 
 SETATTR_SIZE = 0x8  # P9_SETATTR_SIZE
-#: Tsetattr size and times on an fid with an open handle go to its fd (ftruncate, futimens)
-FD_SETATTR = ("10.1.0",)
 
 
 @case_path("unlinkat_dir", backends=["local"])
@@ -110,14 +108,14 @@ def test_use_after_unlink(place: Place, qemu_under_test: QemuUnderTest) -> None:
         p9.getattr(walked)
     for fid in (walked, dfid):
         p9.clunk(fid)
-    if versions.has(qemu_under_test.probe.version, FD_SETATTR):  # as upstream's case checks since then
+    if versions.has(qemu_under_test.probe.version, versions.FD_SETATTR):  # as upstream's case checks since then
         truncate_after_unlink(place, opened)
     else:  # pinned by unlinked_open_file/truncate, a known bug before
         p9.clunk(opened)
 
 
 @pytest.mark.qemu_bug(
-    fixed_in=FD_SETATTR,
+    fixed_in=versions.FD_SETATTR,
     reason="v9fs_setattr() truncates by path (v9fs_co_truncate), and the path is gone: ENOENT; since "
     "10.1 an fid with an open handle is truncated with ftruncate() (upstream's use_after_unlink checks it)",
     raises=P9Rlerror,

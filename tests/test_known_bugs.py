@@ -15,4 +15,4 @@ def test_every_marker_is_read() -> None:
     bugs = {bug.case: bug for bug in known_bugs.known_bugs()}
     assert bugs["synth/lock/unopened_fid/{message}"].fixed_in == ("10.0.12", "11.0.3", "11.1.0")
     assert bugs["local/setattr/mode/mapped-xattr"].fixed_in == ()
-    assert bugs["local/unlinked_open_file/truncate"].fixed_in == ("10.1.0",)  # named by a module constant
+    assert bugs["local/unlinked_open_file/truncate"].fixed_in == ("10.1.0",)  # named by versions.FD_SETATTR

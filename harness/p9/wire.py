@@ -103,12 +103,16 @@ class _Layout:
         self.decoders, self.encoders = decoders, encoders
 
     @functools.cached_property
+    def _both(self) -> tuple[Callable[[Any], Any], Callable[[Any], dict[str, Any]]]:
+        return _converters(self.cls, self.fields, self.decoders, self.encoders)  # written out once
+
+    @functools.cached_property
     def from_wire(self) -> Callable[[Any], Any]:
-        return _converters(self.cls, self.fields, self.decoders, self.encoders)[0]
+        return self._both[0]
 
     @functools.cached_property
     def to_wire(self) -> Callable[[Any], dict[str, Any]]:
-        return _converters(self.cls, self.fields, self.decoders, self.encoders)[1]
+        return self._both[1]
 
 
 Converters = dict[str, Callable[[Any], Any]]

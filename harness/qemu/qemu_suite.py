@@ -23,8 +23,6 @@ QEMU_72_CASES = (
     )),
 )  # fmt: skip
 
-#: Paths longer than 64 KiB work (local/deep_absolute_path came with the fix).
-LONG_PATHS = ("10.0.11", "10.2.4", "11.0.2", "11.1.0")
 XATTR_LIMIT_CASES = ("xattr_limit/default", "xattr_limit/custom", "xattr_limit/unlimited")
 
 
@@ -35,7 +33,7 @@ def qemu_cases(version: str) -> tuple[str, ...]:
     local = [name for name in QEMU_72_CASES if name.startswith("local/")]
     if versions.has(version, versions.MAX_XATTR):
         synth += [f"synth/{name}" for name in XATTR_LIMIT_CASES]
-    if versions.has(version, LONG_PATHS):
+    if versions.has(version, versions.LONG_PATHS):
         local.append("local/deep_absolute_path")
     if versions.has(version, versions.MAX_XATTR):
         local += [f"local/{name}" for name in XATTR_LIMIT_CASES]

@@ -21,6 +21,10 @@ KNOWN = ("7.2.22", "10.0.13", "11.1.50")
 MAX_XATTR = ("10.0.12", "11.0.3", "11.1.0")
 #: multidevs=remap is the default: qid.path is no longer the host inode number
 REMAP_DEFAULT = ("10.0.0",)
+#: paths longer than 64 KiB work (V9fsPath.size no longer uint16_t); local/deep_absolute_path came with it
+LONG_PATHS = ("10.0.11", "10.2.4", "11.0.2", "11.1.0")
+#: Tsetattr size and times on an fid with an open handle go to its fd (ftruncate, futimens)
+FD_SETATTR = ("10.1.0",)
 
 
 def parse(version: str) -> tuple[int, int, int]:

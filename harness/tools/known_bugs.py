@@ -46,6 +46,8 @@ def known_bugs(cases: Path = PROJECT / "cases") -> list[KnownBug]:
 
 def _bugs_of(function: ast.FunctionDef, constants: dict[str, ast.expr]) -> list[KnownBug]:
     def value(node: ast.expr) -> Any:
+        if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "versions":
+            return getattr(versions, node.attr)  # a release tuple of harness.qemu.versions
         return ast.literal_eval(constants[node.id] if isinstance(node, ast.Name) else node)
 
     path, backends, bugs = "", ["synth", "local"], []
