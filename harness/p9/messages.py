@@ -1,4 +1,5 @@
-"""Every 9P2000.L message, one typed declaration each: the table the codec is built from.
+"""Every 9P2000.L message, and 9P2000.u's own (Topen, Tcreate, Tstat, Twstat, Rerror), one typed
+declaration each: the table the codec is built from.
 
 A field's annotation is its wire layout (:mod:`harness.p9.wire`): ``U32`` is ``Int32ul``,
 ``String`` is ``len[2]`` + UTF-8, ``Qid`` a 13-byte record.  A request is a ``TMessage[R]``
@@ -8,6 +9,7 @@ whose reply ``R`` has the next type number.  This module is data: it is long on 
 from __future__ import annotations
 
 from harness.p9.wire import (
+    DOTU,
     U8,
     U16,
     U32,
@@ -19,6 +21,7 @@ from harness.p9.wire import (
     Qid,
     Qids,
     RMessage,
+    Stat,
     String,
     TMessage,
     describe_rlerror,
@@ -26,15 +29,14 @@ from harness.p9.wire import (
 )
 
 __all__ = [
-    "Dirent", "Qid",
-    "Rattach", "Rauth", "Rclunk", "Rerror", "Rflush", "Rfsync", "Rgetattr", "Rgetlock", "Rlcreate",
-    "Rlerror", "Rlink", "Rlock", "Rlopen", "Rmkdir", "Rmknod", "Rread", "Rreaddir", "Rreadlink",
-    "Rremove", "Rrename", "Rrenameat", "Rsetattr", "Rstatfs", "Rsymlink", "Runlinkat", "Rversion",
-    "Rwalk", "Rwrite", "Rxattrcreate", "Rxattrwalk",
-    "Tattach", "Tauth", "Tclunk", "Tflush", "Tfsync", "Tgetattr", "Tgetlock", "Tlcreate", "Tlink",
-    "Tlock", "Tlopen", "Tmkdir", "Tmknod", "Tread", "Treaddir", "Treadlink", "Tremove", "Trename",
-    "Trenameat", "Tsetattr", "Tstatfs", "Tsymlink", "Tunlinkat", "Tversion", "Twalk", "Twrite",
-    "Txattrcreate", "Txattrwalk",
+    "Dirent", "Qid", "Rattach", "Rauth", "Rclunk", "Rcreate", "Rerror", "Rflush", "Rfsync", "Rgetattr",
+    "Rgetlock", "Rlcreate", "Rlerror", "Rlink", "Rlock", "Rlopen", "Rmkdir", "Rmknod", "Ropen", "Rread",
+    "Rreaddir", "Rreadlink", "Rremove", "Rrename", "Rrenameat", "Rsetattr", "Rstat", "Rstatfs", "Rsymlink",
+    "Runlinkat", "Rversion", "Rwalk", "Rwrite", "Rwstat", "Rxattrcreate", "Rxattrwalk", "Stat", "Tattach",
+    "Tauth", "Tclunk", "Tcreate", "Tflush", "Tfsync", "Tgetattr", "Tgetlock", "Tlcreate", "Tlink", "Tlock",
+    "Tlopen", "Tmkdir", "Tmknod", "Topen", "Tread", "Treaddir", "Treadlink", "Tremove", "Trename",
+    "Trenameat", "Tsetattr", "Tstat", "Tstatfs", "Tsymlink", "Tunlinkat", "Tversion", "Twalk", "Twrite",
+    "Twstat", "Txattrcreate", "Txattrwalk",
 ]  # fmt: skip
 
 
@@ -392,6 +394,39 @@ class Rwalk(RMessage):
     qids: Qids
 
 
+@message(112, dialect=DOTU)
+class Topen(TMessage["Ropen"]):
+    """9P2000.u's open: ``mode`` is one of OREAD, OWRITE, ORDWR, OEXEC with OTRUNC, ORCLOSE,
+    OAPPEND or QEMU's OEXCL (:mod:`harness.p9.wire` names them)."""
+
+    fid: U32
+    mode: U8
+
+
+@message(113)
+class Ropen(RMessage):
+    qid: Qid
+    iounit: U32
+
+
+@message(114, dialect=DOTU)
+class Tcreate(TMessage["Rcreate"]):
+    """9P2000.u's create: ``perm`` carries DMDIR, DMSYMLINK, DMDEVICE... and the permission
+    bits, ``extension`` a symlink's target, a device's ``"c 1 3"``, a hard link's fid."""
+
+    fid: U32
+    name: String
+    perm: U32
+    mode: U8
+    extension: String
+
+
+@message(115)
+class Rcreate(RMessage):
+    qid: Qid
+    iounit: U32
+
+
 @message(116)
 class Tread(TMessage["Rread"]):
     fid: U32
@@ -433,4 +468,29 @@ class Tremove(TMessage["Rremove"]):
 
 @message(123)
 class Rremove(RMessage):
+    pass
+
+
+@message(124, dialect=DOTU)
+class Tstat(TMessage["Rstat"]):
+    fid: U32
+
+
+@message(125)
+class Rstat(RMessage):
+    """``nstat[2]`` (the stat's length, size field included: stat(5)), then the stat."""
+
+    nstat: U16
+    stat: Stat
+
+
+@message(126, dialect=DOTU)
+class Twstat(TMessage["Rwstat"]):
+    fid: U32
+    nstat: U16
+    stat: Stat
+
+
+@message(127)
+class Rwstat(RMessage):
     pass

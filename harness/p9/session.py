@@ -14,6 +14,7 @@ error; Tversion drops all), so :meth:`Session.close` can say which ones leaked.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import logging
 import time
@@ -27,6 +28,7 @@ from harness.p9 import wire
 from harness.p9.messages import (
     Rattach,
     Rclunk,
+    Rcreate,
     Rerror,
     Rgetattr,
     Rlcreate,
@@ -34,6 +36,7 @@ from harness.p9.messages import (
     Rlink,
     Rlopen,
     Rmkdir,
+    Ropen,
     Rread,
     Rreaddir,
     Rreadlink,
@@ -43,23 +46,29 @@ from harness.p9.messages import (
     Rversion,
     Rwalk,
     Rwrite,
+    Rwstat,
+    Stat,
     Tattach,
     Tclunk,
+    Tcreate,
     Tgetattr,
     Tlcreate,
     Tlink,
     Tlopen,
     Tmkdir,
+    Topen,
     Tread,
     Treaddir,
     Treadlink,
     Tremove,
+    Tstat,
     Tstatfs,
     Tsymlink,
     Tunlinkat,
     Tversion,
     Twalk,
     Twrite,
+    Twstat,
     Txattrwalk,
 )
 from harness.p9.trace import Direction, Record, format_records
@@ -415,6 +424,26 @@ class Session:
 
     def write(self, fid: int, offset: int, data: bytes) -> Rwrite:
         return self.rpc(Twrite(fid=fid, offset=offset, data=data))
+
+    # -- 9P2000.u's own ------------------------------------------------------------------------
+
+    def open(self, fid: int, mode: int = wire.OREAD) -> Ropen:
+        """9P2000.u's Topen (``mode`` a byte: OREAD ... with OTRUNC, ORCLOSE)."""
+        return self.rpc(Topen(fid=fid, mode=mode))
+
+    def create(self, fid: int, name: str, perm: int, mode: int = wire.ORDWR, extension: str = "") -> Rcreate:
+        """9P2000.u's Tcreate: ``fid`` (a directory) becomes the new node (open, for a file)."""
+        return self.rpc(Tcreate(fid=fid, name=name, perm=perm, mode=mode, extension=extension))
+
+    def stat(self, fid: int) -> Stat:
+        """9P2000.u's Tstat: the stat record (the reply's ``nstat`` aside)."""
+        return self.rpc(Tstat(fid=fid)).stat
+
+    def wstat(self, fid: int, **changes: Any) -> Rwstat:
+        """9P2000.u's Twstat of the "don't touch" stat with ``changes`` (``mode=0o600``,
+        ``name="new"``); ``nstat`` is the stat's length, as stat(5) has it."""
+        stat = dataclasses.replace(wire.DONT_TOUCH, **changes)
+        return self.rpc(Twstat(fid=fid, nstat=len(wire.stat_bytes(stat)), stat=stat))
 
     def format_history(self) -> str:
         """The recent messages, one line each: time, direction, tag, head, used length, fields."""

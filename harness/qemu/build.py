@@ -73,7 +73,8 @@ class Build:
     version: str
     seconds: float
     key: str = ""
-    #: "" for a plain build, "gcov" for one with coverage counters (configure --enable-gcov)
+    #: "" for a plain build, "gcov" for one with coverage counters (configure --enable-gcov),
+    #: "asan", "ubsan" or "asan+ubsan" for one with sanitizers (see :data:`VARIANTS`)
     variant: str = ""
 
     @property
@@ -162,11 +163,48 @@ def _git(tree: Path, *args: str) -> str:
 # -- building --------------------------------------------------------------------------------------
 
 
-VARIANTS = {"": (), "gcov": ("--enable-gcov",)}
+#: Configure flags per variant. QEMU >= 8.0 has meson options asan/ubsan; 7.2 has one
+#: --enable-sanitizers that turns both on. Flags a tree does not know are dropped as usual, but a
+#: variant none of whose flags the tree knows is refused rather than built plain.
+VARIANTS = {
+    "": (),
+    "gcov": ("--enable-gcov",),
+    "asan": ("--enable-asan",),
+    "ubsan": ("--enable-ubsan",),
+    "asan+ubsan": ("--enable-asan", "--enable-ubsan"),
+}
+#: Where a tree has neither --enable-asan nor --enable-ubsan: the flag that gives both.
+SANITIZERS_FALLBACK = "--enable-sanitizers"
+
+
+def sanitize_variant(kinds: str) -> str:
+    """``address,undefined`` (as ``--sanitize`` takes it, -fsanitize's names) -> ``asan+ubsan``."""
+    names = {"address": "asan", "undefined": "ubsan", "asan": "asan", "ubsan": "ubsan"}
+    chosen = set()
+    for kind in filter(None, (k.strip() for k in kinds.split(","))):
+        if kind not in names:
+            raise ProvisionError(f"--sanitize {kind!r}: QEMU builds with address and undefined (ASan, UBSan)")
+        chosen.add(names[kind])
+    if not chosen:
+        raise ProvisionError("--sanitize needs address, undefined or both")
+    return "+".join(sorted(chosen))
+
+
+def variant_flags(tree: Path, variant: str) -> list[str]:
+    """The configure flags of ``variant`` this tree knows (a sanitizer variant falls back to 7.2's
+    --enable-sanitizers)."""
+    wanted = VARIANTS[variant]
+    kept = supported_flags(tree, wanted)
+    if wanted and not kept and "san" in variant:
+        kept = supported_flags(tree, (SANITIZERS_FALLBACK,))
+    if wanted and not kept:
+        raise ProvisionError(f"this QEMU tree's configure knows none of {' '.join(wanted)}: no {variant} build")
+    return kept
 
 
 def build(origin: str, root: Path, *, with_qos_test: bool = True, variant: str = "") -> Build:
-    """The build of ``origin`` (``variant``: "" or "gcov"), made now unless it is in the cache."""
+    """The build of ``origin`` (``variant``: a key of :data:`VARIANTS`), made now unless it is in
+    the cache."""
     if variant not in VARIANTS:
         raise ProvisionError(f"unknown build variant {variant!r}; one of {', '.join(filter(None, VARIANTS))}")
     with _locked(root):
@@ -202,7 +240,7 @@ def _build_fresh(origin: str, root: Path, with_qos_test: bool, variant: str) -> 
         version = (tree / "VERSION").read_text().strip()
         build_dir = work / "build"
         build_dir.mkdir()
-        flags = [*supported_flags(tree, (*CONFIGURE, *VARIANTS[variant])), *_python_flag(tree, root, log)]
+        flags = [*supported_flags(tree), *variant_flags(tree, variant), *_python_flag(tree, root, log)]
         say(f"configure (QEMU {version}, TCG off, virtfs on)")
         _sh([str(tree / "configure"), *flags], log, cwd=build_dir)
         targets = [BINARY_NAME] + (["tests/qtest/qos-test"] if with_qos_test else [])

@@ -27,7 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("origin", nargs="?", default=None, help=f"a Debian suite: {origins}")
     which.add_argument("--source", metavar="DIR|TARBALL", help="a QEMU source tree or tarball of your own")
     build.add_argument("--with-qos-test", action="store_true", help="(always done now; kept for old scripts)")
-    build.add_argument("--gcov", action="store_true", help="with coverage counters (configure --enable-gcov)")
+    kind = build.add_mutually_exclusive_group()
+    kind.add_argument("--gcov", action="store_true", help="with coverage counters (configure --enable-gcov)")
+    kind.add_argument(
+        "--sanitize", metavar="KINDS", help="with sanitizers: address, undefined or address,undefined (ASan, UBSan)"
+    )
     path = qemu_sub.add_parser("path", help="print the binary the harness would use (or the build of ORIGIN)")
     path.add_argument("origin", nargs="?", default=None, help=f"{origins}, or a source tree/tarball built before")
     qemu_sub.add_parser("list", help="the builds in the cache: origin, version, seconds, path")
@@ -172,7 +176,8 @@ def _qemu(args: argparse.Namespace) -> int:
     from harness.qemu import build, provision
 
     if args.action == "build":
-        print(provision.build(args.source or args.origin or build.DEFAULT_ORIGIN, variant="gcov" if args.gcov else ""))
+        variant = "gcov" if args.gcov else build.sanitize_variant(args.sanitize) if args.sanitize else ""
+        print(provision.build(args.source or args.origin or build.DEFAULT_ORIGIN, variant=variant))
         return 0
     if args.action == "path" and args.origin:
         binary = provision.cached_build(origin=args.origin)
