@@ -91,6 +91,8 @@ class MachineConfig:
     ioeventfd: bool | None = None
     firmware_dirs: tuple[Path, ...] = (Path("/usr/share/seabios"), Path("/usr/share/qemu"))
     extra_args: tuple[str, ...] = ()
+    #: QEMU's RLIMIT_NOFILE (soft and hard), None to inherit ours: 9pfs sizes its fd reclaim from it
+    nofile: int | None = None
 
     def device_opts(self) -> list[tuple[str, str]]:
         opts = [("fsdev", "fsdev0"), ("mount_tag", self.mount_tag), ("addr", self.pci_addr)]
@@ -125,12 +127,17 @@ def _options(driver: str, opts: list[tuple[str, str]]) -> str:
     return ",".join([driver, *(f"{key}={value.replace(',', ',,')}" for key, value in opts)])
 
 
-def die_with_parent(parent: int) -> None:
-    """``preexec_fn`` of every QEMU the harness starts: runs in the child between fork and exec."""
+def die_with_parent(parent: int, nofile: int | None = None) -> None:
+    """``preexec_fn`` of every QEMU the harness starts: runs in the child between fork and exec
+    (and sets its open-file limit, where the config asks for one)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
+    if nofile is not None:
+        import resource  # in the child only
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
 
 def _listen(path: Path) -> socket.socket:
@@ -246,7 +253,7 @@ class Machine:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=lambda: die_with_parent(parent),
+                preexec_fn=lambda: die_with_parent(parent, self.config.nofile),
             )
         self._deadline = time.monotonic() + self.start_timeout
 
