@@ -1,0 +1,176 @@
+"""security_model=mapped-file: QEMU keeps each node's client-visible owner, mode and rdev in
+``.virtfs_metadata/NAME`` beside it (``virtfs.uid=…`` lines; the export root's in
+``.virtfs_metadata_root``), and the host node stays a plain file or directory owned by QEMU's
+user. Each operation is checked three ways: the reply, the metadata file, and the host node;
+renames and unlinks must carry or drop the metadata with the node."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from fixtures.case_path import case_path
+from fixtures.expect import expect_rlerror
+from fixtures.place import Place
+from harness.p9 import wire
+from harness.p9.messages import Tmknod, Trename, Trenameat, Tsetattr
+from harness.p9.session import Session
+
+MAPPED_FILE = pytest.mark.fsdev(security_model="mapped-file")
+META = ".virtfs_metadata"
+
+
+def metadata(node: Path) -> dict[str, int]:
+    """The ``virtfs.*`` values QEMU stored for ``node``."""
+    text = (node.parent / META / node.name).read_text()
+    return {k.removeprefix("virtfs."): int(v) for k, v in (line.split("=") for line in text.splitlines())}
+
+
+def create(p9: Session, place: Place, kind: str) -> int:
+    """Make ``kind`` called "node" in the case's directory with owner 1001:1002 where 9P lets the
+    request say so; a fid of it."""
+    if kind == "file":
+        fid = p9.walk_fid(place.fid, [])
+        p9.lcreate(fid, "node", os.O_RDWR, 0o640, gid=1002)
+        p9.clunk(fid)
+    elif kind == "dir":
+        p9.mkdir(place.fid, "node", 0o750, gid=1002)
+    elif kind == "symlink":
+        p9.symlink(place.fid, "node", "the/target", gid=1002)
+    else:
+        mode = {"chardev": stat.S_IFCHR, "blockdev": stat.S_IFBLK, "fifo": stat.S_IFIFO, "socket": stat.S_IFSOCK}
+        p9.rpc(Tmknod(dfid=place.fid, name="node", mode=mode[kind] | 0o604, major=10, minor=200, gid=1002))
+    return p9.walk_fid(place.fid, ["node"])
+
+
+#: kind -> (the mode the client sees, its rdev)
+KINDS = {
+    "file": (stat.S_IFREG | 0o640, 0),
+    "dir": (stat.S_IFDIR | 0o750, 0),
+    "symlink": (stat.S_IFLNK | 0o777, 0),
+    "chardev": (stat.S_IFCHR | 0o604, os.makedev(10, 200)),
+    "blockdev": (stat.S_IFBLK | 0o604, os.makedev(10, 200)),
+    "fifo": (stat.S_IFIFO | 0o604, os.makedev(10, 200)),
+    "socket": (stat.S_IFSOCK | 0o604, os.makedev(10, 200)),
+}
+
+
+@MAPPED_FILE
+@case_path("models/mapped-file/create/{kind}", backends=["local"], kind=list(KINDS))
+def test_created_node_metadata(place: Place, kind: str) -> None:
+    """Each kind of node: the client sees the type, mode, gid and rdev it asked for; the metadata
+    file says the same; the host node is a plain directory (0700) or file (0600) holding, for a
+    symlink, the target."""
+    p9 = place.session
+    mode, rdev = KINDS[kind]
+    fid = create(p9, place, kind)
+    attr = p9.getattr(fid)
+    assert (attr.mode, attr.gid, attr.rdev) == (mode, 1002, rdev)
+    stored = metadata(place.host_path("node"))
+    assert (stored["mode"], stored["gid"]) == (mode, 1002)
+    assert stored.get("rdev", 0) == rdev
+    host = place.host_path("node").lstat()
+    if kind == "dir":
+        assert (stat.S_IFMT(host.st_mode), stat.S_IMODE(host.st_mode)) == (stat.S_IFDIR, 0o700)
+    else:
+        assert (stat.S_IFMT(host.st_mode), stat.S_IMODE(host.st_mode)) == (stat.S_IFREG, 0o600)
+    if kind == "symlink":
+        assert place.host_path("node").read_bytes() == b"the/target" and p9.readlink(fid).target == "the/target"
+    assert host.st_uid == os.getuid()  # the client's owner lives in the metadata only
+    p9.clunk(fid)
+
+
+#: Tsetattr change -> (valid, fields, the metadata afterwards)
+SETATTR = {
+    # the mode as Linux sends it, type bits included (without: setattr/mode/mapped-file)
+    "mode": (0x1, {"mode": stat.S_IFREG | 0o604}, {"mode": stat.S_IFREG | 0o604}),
+    "uid": (0x2, {"uid": 3001}, {"uid": 3001}),
+    "gid": (0x4, {"gid": 3002}, {"gid": 3002}),
+    "uid_gid": (0x6, {"uid": 3001, "gid": 3002}, {"uid": 3001, "gid": 3002}),
+    "mode_setuid": (0x1, {"mode": stat.S_IFREG | 0o4755}, {"mode": stat.S_IFREG | 0o4755}),
+}
+
+
+@MAPPED_FILE
+@case_path("models/mapped-file/setattr/{change}", backends=["local"], change=list(SETATTR))
+def test_setattr_writes_the_metadata(place: Place, change: str) -> None:
+    """Tsetattr of mode or owner rewrites the metadata file with the new value and keeps every
+    other one; Tgetattr shows it; the host file's own mode and owner stay QEMU's."""
+    valid, fields, expected = SETATTR[change]
+    p9 = place.session
+    fid = create(p9, place, "file")
+    before = metadata(place.host_path("node"))
+    host_before = place.host_path("node").lstat()
+    p9.rpc(Tsetattr(fid=fid, valid=valid, **fields))
+    assert metadata(place.host_path("node")) == {**before, **expected}
+    attr = p9.getattr(fid)
+    assert (attr.mode, attr.uid, attr.gid) == (
+        expected.get("mode", before["mode"]), expected.get("uid", before.get("uid", 0)), expected.get("gid", 1002),
+    )  # fmt: skip
+    host = place.host_path("node").lstat()
+    assert (host.st_mode, host.st_uid, host.st_gid) == (host_before.st_mode, host_before.st_uid, host_before.st_gid)
+    p9.clunk(fid)
+
+
+@MAPPED_FILE
+@case_path("models/mapped-file/move/{how}", backends=["local"], how=["rename", "renameat", "renameat_other_dir"])
+def test_metadata_follows_a_rename(place: Place, how: str) -> None:
+    """A renamed node takes its metadata along, into the other directory's ``.virtfs_metadata``
+    too; nothing stays under the old name, and the client still sees its mode and owner."""
+    p9 = place.session
+    fid = create(p9, place, "file")
+    p9.rpc(Tsetattr(fid=fid, valid=0x3, mode=stat.S_IFREG | 0o604, uid=3001))
+    stored = metadata(place.host_path("node"))
+    p9.mkdir(place.fid, "other", 0o755)
+    other = p9.walk_fid(place.fid, ["other"])
+    target = place.host_path("other" if how == "renameat_other_dir" else "", "moved")
+    if how == "rename":
+        p9.rpc(Trename(fid=fid, dfid=place.fid, name="moved"))
+    else:
+        newdir = other if how == "renameat_other_dir" else place.fid
+        p9.rpc(Trenameat(olddirfid=place.fid, oldname="node", newdirfid=newdir, newname="moved"))
+    assert target.exists() and not place.host_path("node").exists()
+    assert metadata(target) == stored
+    assert not (place.host_path(META) / "node").exists()
+    moved = p9.walk_fid(place.fid, [*target.relative_to(place.host_path()).parts])
+    attr = p9.getattr(moved)
+    assert (attr.mode, attr.uid) == (stat.S_IFREG | 0o604, 3001)
+    for f in (fid, other, moved):
+        p9.clunk(f)
+
+
+@MAPPED_FILE
+@case_path("models/mapped-file/unlink/{kind}", backends=["local"], kind=["file", "dir"])
+def test_unlink_drops_the_metadata(place: Place, kind: str) -> None:
+    """Tunlinkat removes the node and its metadata file; a directory's own ``.virtfs_metadata``
+    (made for its children) does not keep it from being removed once they are gone."""
+    p9 = place.session
+    fid = create(p9, place, kind)
+    if kind == "dir":
+        p9.mkdir(fid, "child", 0o700)
+        with expect_rlerror(39):  # ENOTEMPTY while the child is there
+            p9.unlinkat(place.fid, "node", wire.AT_REMOVEDIR)
+        p9.unlinkat(fid, "child", wire.AT_REMOVEDIR)
+    p9.clunk(fid)
+    p9.unlinkat(place.fid, "node", wire.AT_REMOVEDIR if kind == "dir" else 0)
+    assert not os.path.lexists(place.host_path("node"))
+    assert not (place.host_path(META) / "node").exists()
+
+
+@MAPPED_FILE
+@case_path("models/mapped-file/xattr", backends=["local"])
+def test_user_xattrs_are_the_hosts(place: Place) -> None:
+    """Under mapped-file a user.* xattr is stored on the host file as it is (no user.virtfs.*
+    mapping), and read back through Txattrwalk."""
+    p9 = place.session
+    fid = create(p9, place, "file")
+    xfid = p9.walk_fid(fid, [])
+    p9.rpc(wire.request("Txattrcreate")(fid=xfid, name="user.note", attr_size=5, flags=0))
+    p9.write(xfid, 0, b"hello")
+    p9.clunk(xfid)
+    assert os.getxattr(place.host_path("node"), "user.note") == b"hello"
+    assert not [n for n in os.listxattr(place.host_path("node")) if n.startswith("user.virtfs")]
+    p9.clunk(fid)
