@@ -16,7 +16,7 @@ from fixtures.case_path import case_path
 from fixtures.expect import expect_rlerror
 from fixtures.place import Place
 from harness.p9 import wire
-from harness.p9.messages import Tmknod, Trename, Trenameat, Tsetattr
+from harness.p9.messages import Tmknod, Trename, Trenameat, Tsetattr, Txattrcreate
 from harness.p9.session import Session
 
 MAPPED_FILE = pytest.mark.fsdev(security_model="mapped-file")
@@ -168,7 +168,7 @@ def test_user_xattrs_are_the_hosts(place: Place) -> None:
     p9 = place.session
     fid = create(p9, place, "file")
     xfid = p9.walk_fid(fid, [])
-    p9.rpc(wire.request("Txattrcreate")(fid=xfid, name="user.note", attr_size=5, flags=0))
+    p9.rpc(Txattrcreate(fid=xfid, name="user.note", attr_size=5, flags=0))
     p9.write(xfid, 0, b"hello")
     p9.clunk(xfid)
     assert os.getxattr(place.host_path("node"), "user.note") == b"hello"
