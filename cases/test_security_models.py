@@ -5,6 +5,7 @@ multidevs=remap across a mount point inside the export."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 
 from fixtures.case_path import case_path
 from fixtures.devices import QemuUnderTest
+from fixtures.expect import expect_rlerror
 from fixtures.place import Place
 from fixtures.pool import Device
 from harness.p9 import wire
@@ -130,3 +132,26 @@ def test_multidevs_default(place: Place, device: Device, qemu_under_test: QemuUn
     remap = versions.has(qemu_under_test.probe.version, versions.REMAP_DEFAULT)
     raw, warned = across_a_mount(place, device)
     assert (raw, warned) == (not remap, not remap), f"raw inode {raw}, warned {warned}, remap default {remap}"
+
+
+@pytest.mark.fresh_qemu  # QEMU reports the refusal once per process
+@pytest.mark.fsdev(multidevs="forbid")
+@case_path("models/multidevs/forbid", backends=["local"])
+def test_multidevs_forbid(place: Place, device: Device) -> None:
+    """multidevs=forbid: a walk that would cross into another device inside the export stops
+    there (ENODEV for the first name on it, newfid not made), names on the export's own device
+    still walk, and QEMU says why, once."""
+    p9 = place.session
+    mark = device.machine.output_mark()
+    with tmpfs_at(place.host_path("mnt")):
+        place.host_path("mnt", "inner").write_bytes(b"")
+        place.host_path("outer").write_bytes(b"")
+        newfid = p9.new_fid()
+        with expect_rlerror(errno.ENODEV):
+            p9.walk(place.fid, ["mnt", "inner"], newfid)
+        assert newfid not in p9.fids
+        outer = p9.walk_fid(place.fid, ["outer"])
+        assert p9.getattr(outer).qid.path == place.host_path("outer").stat().st_ino
+        p9.clunk(outer)
+    output = device.machine.output_since(mark)
+    assert output.count("multidevs=forbid") == 1, output
