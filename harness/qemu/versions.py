@@ -17,6 +17,9 @@ from collections.abc import Sequence
 KNOWN = ("7.2.22", "10.0.13", "11.1.50")
 
 # Behaviour that changed by design, named by the releases that first have the new one.
+#: 9pfs trace events name open flags (v9fs_open "...(RDONLY|DIRECTORY)") and walk names
+#: (v9fs_walk "wnames={a, b}"): 9a0dd4b3e4, 0ad7cb925e
+TRACE_NAMES = ("10.0.0",)
 #: the max_xattr fsdev option; the synth tree's stat/xattr_count; xattrs on synth pretend to work
 MAX_XATTR = ("10.0.12", "11.0.3", "11.1.0")
 #: multidevs=remap is the default: qid.path is no longer the host inode number
