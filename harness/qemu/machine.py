@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 SecurityModel = Literal["mapped-xattr", "mapped-file", "passthrough", "none"]
 Accel = Literal["qtest", "tcg"]
 OUTPUT_TAIL_LINES = 20
+#: the qdev id of the virtio-9p device (for device_del)
+DEVICE_ID = "v9p0"
+#: the pc machine's ACPI PCI hotplug registers: slots to remove (ACPI_PCIHP_ADDR 0xae00 +
+#: PCI_DOWN_BASE 4) and eject (+ PCI_EJ_BASE 8)
+ACPI_PCIHP_DOWN, ACPI_PCIHP_EJECT = 0xAE04, 0xAE08
 QTEST_SOCKET, QMP_SOCKET = "qtest.sock", "qmp.sock"
 #: Lines QEMU prints on an orderly stop that say nothing about the case.
 BENIGN_OUTPUT = ("GLib: g_timer_elapsed: assertion 'timer != NULL' failed",)
@@ -95,7 +100,7 @@ class MachineConfig:
     nofile: int | None = None
 
     def device_opts(self) -> list[tuple[str, str]]:
-        opts = [("fsdev", "fsdev0"), ("mount_tag", self.mount_tag), ("addr", self.pci_addr)]
+        opts = [("id", DEVICE_ID), ("fsdev", "fsdev0"), ("mount_tag", self.mount_tag), ("addr", self.pci_addr)]
         if self.transport == "legacy":
             opts.append(("disable-modern", "on"))
         if self.ioeventfd is not None:
@@ -424,6 +429,35 @@ class Machine:
     def qmp(self, command: str, **args: object) -> object:
         """Run a QMP command and return its ``return`` value."""
         return self._monitor().cmd(command, **args)
+
+    def unplug(self, timeout: float = 10.0) -> None:
+        """Hot-unplug the virtio-9p device as libqos's qpci_unplug_acpi_device_test() does: QMP
+        ``device_del``, the guest's ACPI eject of its slot, then the DEVICE_DELETED event.
+        :class:`QEMUError` when the event does not come (QEMU wedged or the device stays)."""
+        monitor = self._monitor()
+        monitor.clear_events()
+        monitor.cmd("device_del", id=DEVICE_ID)
+        slot = int(self.config.pci_addr.split(".")[0], 16)
+        deadline = time.monotonic() + timeout
+        # as a guest's GPE handler does: read which slots are to go (PCI_DOWN), then eject; an eject
+        # written before QEMU has marked the slot down is ignored
+        while not self.qtest.inl(ACPI_PCIHP_DOWN) & (1 << slot):
+            if time.monotonic() > deadline:
+                raise QEMUError(f"device_del did not mark slot {slot} for removal", argv=self.argv)
+            time.sleep(0.001)
+        self.qtest.outl(ACPI_PCIHP_EJECT, 1 << slot)
+        while time.monotonic() < deadline:
+            try:
+                event = monitor.pull_event(wait=0.05)
+            except TimeoutError:
+                # the device is finalized from an RCU callback whose event can sit until QEMU's
+                # main loop wakes up for something else: a qtest round trip wakes it
+                self.qtest.inl(ACPI_PCIHP_DOWN)
+                continue
+            if event and event.get("event") == "DEVICE_DELETED" and event["data"].get("device") == DEVICE_ID:
+                return
+        raise QEMUError(f"no DEVICE_DELETED event within {timeout} s after device_del", argv=self.argv,
+                        output_tail=self.output_tail())  # fmt: skip
 
     def system_reset(self, timeout: float = 10.0) -> None:
         """QMP ``system_reset`` and wait for the RESET event, as qos-test does between cases."""

@@ -25,6 +25,12 @@ class KnownBug:
     case: str
     fixed_in: tuple[str, ...]
     reason: str
+    #: the releases that brought the bug (a regression); () for "always there"
+    introduced_in: tuple[str, ...] = ()
+
+    def present_in(self, version: str) -> bool:
+        introduced = not self.introduced_in or versions.has(version, self.introduced_in)
+        return introduced and not versions.has(version, self.fixed_in)
 
 
 def known_bugs(cases: Path = PROJECT / "cases") -> list[KnownBug]:
@@ -61,10 +67,13 @@ def _bugs_of(function: ast.FunctionDef, constants: dict[str, ast.expr]) -> list[
             backends = value(kwargs["backends"]) if "backends" in kwargs else backends
         elif name == "pytest.mark.qemu_bug":
             when = value(kwargs["when"]) if "when" in kwargs else {}
-            bugs.append((tuple(value(kwargs["fixed_in"])), value(kwargs["reason"]), when))
+            since = tuple(value(kwargs["introduced_in"])) if "introduced_in" in kwargs else ()
+            bugs.append((tuple(value(kwargs["fixed_in"])), value(kwargs["reason"]), when, since))
     return [
-        KnownBug(f"{when.get('backend', '|'.join(backends))}/{_filled(path, when)}", fixed, " ".join(reason.split()))
-        for fixed, reason, when in bugs
+        KnownBug(
+            f"{when.get('backend', '|'.join(backends))}/{_filled(path, when)}", fixed, " ".join(reason.split()), since
+        )
+        for fixed, reason, when, since in bugs
     ]
 
 
@@ -80,8 +89,10 @@ def table(bugs: list[KnownBug]) -> str:
     rows = [
         [
             f"`{bug.case}`",
-            *("bug" if not versions.has(v, bug.fixed_in) else "fixed" for v in versions.KNOWN),
-            ", ".join(bug.fixed_in) or "no fix known",
+            *("bug" if bug.present_in(v) else "fixed" if versions.has(v, bug.fixed_in) else "-"
+              for v in versions.KNOWN),
+            (f"since {', '.join(bug.introduced_in)}; " if bug.introduced_in else "")
+            + (", ".join(bug.fixed_in) or "no fix known"),
             bug.reason,
         ]
         for bug in bugs
