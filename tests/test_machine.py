@@ -27,7 +27,7 @@ def test_argv_for_local_legacy() -> None:
     assert argv[0] == "/q"
     assert argv[argv.index("-fsdev") + 1] == "local,id=fsdev0,path=/tmp/a,,b,security_model=passthrough,multidevs=remap"
     device = argv[argv.index("-device") + 1]
-    assert device == "virtio-9p-pci,fsdev=fsdev0,mount_tag=qtest,addr=04.0,disable-modern=on,ioeventfd=off"
+    assert device == "virtio-9p-pci,id=v9p0,fsdev=fsdev0,mount_tag=qtest,addr=04.0,disable-modern=on,ioeventfd=off"
     assert argv[argv.index("-m") + 1] == "256M"
     assert argv[argv.index("-qmp") + 1] == "unix:/s/qmp.sock" and "-mon" not in argv
     assert argv[-2:] == ["-accel", "qtest"]
