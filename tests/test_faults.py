@@ -21,6 +21,7 @@ from harness.errors import QEMUError, QEMUExited, QEMUStartError
 from harness.p9.channel import Channel
 from harness.p9.messages import Tattach, Twrite
 from harness.p9.session import Session
+from harness.qemu import versions
 from harness.qemu.machine import LocalFs, Machine, MachineConfig
 from harness.tools.connect import open_channel
 from harness.virtio.driver import Driver
@@ -347,3 +348,38 @@ def test_thousand_resets_stay_flat(qemu_under_test: QemuUnderTest) -> None:
             one_case()
         assert measure() == before
         assert machine.is_running() and machine.exit_status is None
+
+
+SANITIZED = textwrap.dedent(
+    """
+    import pytest
+    from fixtures.case_path import case_path
+
+    NAME = "x: runtime error: injected by the self-test"
+
+    @pytest.mark.qemu_args("-trace", "enable=v9fs_walk")
+    @case_path("sanitized", backends=["synth"])
+    def test_a_sanitized(attached):
+        # QEMU traces the walk's names (10.0 and later): a line that reads as a UBSan report
+        from harness.p9.messages import Twalk
+        attached.send(Twalk(fid=0, newfid=1, wnames=[NAME])).wait()  # ENOENT, traced all the same
+
+    @case_path("clean", backends=["synth"])
+    def test_b_clean(attached):
+        attached.getattr(0)
+    """
+)
+
+
+def test_sanitizer_report_fails_the_case(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """A sanitizer report in QEMU's output during a case that passed fails it, with the report in
+    its artefacts; the next case is not blamed."""
+    if not versions.has(qemu_under_test.probe.version, versions.TRACE_NAMES):
+        pytest.skip(f"QEMU {qemu_under_test.probe.version} traces no walk names to inject a report with")
+    proc = run_pytest(tmp_path, qemu_under_test, source=SANITIZED)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1, out
+    assert "1 failed, 1 passed" in out, out
+    assert "QEMU's sanitizer reported during this case" in out and "test_b_clean" not in out.split("FAILED")[-1]
+    (report,) = (tmp_path / "v9p-artefacts").rglob("sanitizer.txt")
+    assert "runtime error: injected by the self-test" in report.read_text()

@@ -10,6 +10,7 @@ from pathlib import Path
 from fixtures.devices import QemuUnderTest
 from harness.p9.channel import Channel
 from harness.p9.session import Session
+from harness.qemu import machine
 from harness.qemu.machine import LocalFs, Machine, MachineConfig
 from harness.virtio.driver import Driver
 from tests.subrun import run_pytest
@@ -149,3 +150,23 @@ def test_clock_commands_on_the_qtest_accelerator(qemu_under_test: QemuUnderTest)
         qt.writeq(0x200000, 0x1122334455667788)
         assert qt.readq(0x200000) == 0x1122334455667788
         assert qt.hexread(0x200000, 2) == b"\x88\x77"
+
+
+ASAN = """some QEMU line
+=================================================================
+==4242==ERROR: AddressSanitizer: heap-use-after-free on address 0x602000000010 at pc 0x55 bp 0x7f sp 0x7f
+READ of size 8 at 0x602000000010 thread T0
+    #0 0x55d in v9fs_reset ../hw/9pfs/9p.c:4560
+SUMMARY: AddressSanitizer: heap-use-after-free ../hw/9pfs/9p.c:4560 in v9fs_reset
+==4242==ABORTING
+"""
+UBSAN = "qemu: warning\n../hw/9pfs/9p.c:1290:23: runtime error: left shift of 1 by 31 places\n    #0 0x1 in f\n"
+
+
+def test_sanitizer_reports_are_found_whole() -> None:
+    assert machine.sanitizer_report("9p: degraded performance\nQEMU quit\n") is None
+    asan = machine.sanitizer_report(ASAN)
+    assert asan is not None and asan.startswith("==4242==ERROR: AddressSanitizer: heap-use-after-free")
+    assert asan.endswith("in v9fs_reset") and "#0 0x55d in v9fs_reset" in asan
+    ubsan = machine.sanitizer_report(UBSAN)
+    assert ubsan is not None and ubsan.startswith("../hw/9pfs/9p.c:1290:23: runtime error: left shift")

@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -130,6 +131,28 @@ class MachineConfig:
 def _options(driver: str, opts: list[tuple[str, str]]) -> str:
     """QEMU's ``driver,key=value,...`` syntax; a comma inside a value is doubled."""
     return ",".join([driver, *(f"{key}={value.replace(',', ',,')}" for key, value in opts)])
+
+
+#: Sanitizer settings for a QEMU built with ASan/UBSan (``qemu build --sanitize``), unless the
+#: user's environment sets its own: no leak report at exit (QEMU frees little on quit, and a leak
+#: report there belongs to no case), UBSan stack traces, and the report on stderr, where the
+#: harness reads it (sanitizer_report()).
+SANITIZER_ENV = {
+    "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:print_summary=1",
+    "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=0",
+}
+_SANITIZER_START = re.compile(r"^(==\d+==ERROR: \w+Sanitizer|.*: runtime error: )", re.MULTILINE)
+
+
+def sanitizer_report(output: str) -> str | None:
+    """The first AddressSanitizer or UndefinedBehaviorSanitizer report in QEMU's ``output`` (from
+    its first line to its SUMMARY line, or to the end), or None."""
+    found = _SANITIZER_START.search(output)
+    if found is None:
+        return None
+    rest = output[found.start() :]
+    summary = re.search(r"^SUMMARY: \w+Sanitizer.*$", rest, re.MULTILINE)
+    return rest[: summary.end()] if summary else rest
 
 
 def die_with_parent(parent: int, nofile: int | None = None) -> None:
@@ -259,6 +282,7 @@ class Machine:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 preexec_fn=lambda: die_with_parent(parent, self.config.nofile),
+                env={**SANITIZER_ENV, **os.environ},
             )
         self._deadline = time.monotonic() + self.start_timeout
 
