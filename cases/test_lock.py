@@ -94,3 +94,68 @@ def test_lock_on_an_unopened_fid(attached: Session, device: Device, message: str
             p9.rpc(Tgetlock(fid=fid, type=WRLCK, start=0, length=0, proc_id=1, client_id="c"))
     assert device.alive()
     p9.clunk(fid)
+
+
+BLOCK, RECLAIM = 0x1, 0x2
+#: (type, flags) -> the Rlock status, or the errno QEMU refuses it with
+LOCK_TABLE = {
+    "RDLCK": (RDLCK, 0, LOCK_SUCCESS),
+    "WRLCK": (WRLCK, 0, LOCK_SUCCESS),
+    "UNLCK": (UNLCK, 0, LOCK_SUCCESS),
+    "RDLCK_BLOCK": (RDLCK, BLOCK, LOCK_SUCCESS),
+    "WRLCK_BLOCK": (WRLCK, BLOCK, LOCK_SUCCESS),
+    "WRLCK_RECLAIM": (WRLCK, RECLAIM, errno.EINVAL),
+    "WRLCK_BLOCK_RECLAIM": (WRLCK, BLOCK | RECLAIM, errno.EINVAL),
+    "WRLCK_unknown_flag": (WRLCK, 0x80, errno.EINVAL),
+}
+RANGES = {"whole": (0, 0), "first_byte": (0, 1), "middle": (10, 20), "past_eof": (1 << 40, 100)}
+
+
+@case_path("lock/table/{which}", backends=["local"], which=list(LOCK_TABLE))
+def test_lock_types_and_flags(place: Place, which: str) -> None:
+    """Each lock type with and without BLOCK is granted (SUCCESS); QEMU refuses every flag but
+    BLOCK (RECLAIM too) with EINVAL; the file's bytes never change."""
+    kind, flags, expected = LOCK_TABLE[which]
+    p9 = place.session
+    first, second = open_twice(place)
+    lock_request = Tlock(fid=first, type=kind, flags=flags, start=0, length=0, proc_id=7, client_id="client-a")
+    if expected == LOCK_SUCCESS:
+        assert p9.rpc(lock_request).status == LOCK_SUCCESS
+        assert (
+            p9.rpc(Tlock(fid=first, type=UNLCK, flags=0, start=0, length=0, proc_id=7, client_id="client-a")).status
+            == 0
+        )
+    else:
+        with expect_rlerror(expected):
+            p9.rpc(lock_request)
+    assert place.host_path("f").read_bytes() == b"x" * 100
+    for fid in (first, second):
+        p9.clunk(fid)
+
+
+@case_path("lock/getlock_echo/{kind}/{span}", backends=["local"], span=list(RANGES), kind=["RDLCK", "WRLCK"])
+def test_getlock_answers_for_the_range_asked(place: Place, span: str, kind: str) -> None:
+    """Tgetlock of a free range: Rgetlock says F_UNLCK and describes the very range, process and
+    client it was asked about (start, length, proc_id, client_id), whatever the range."""
+    start, length = RANGES[span]
+    p9 = place.session
+    first, second = open_twice(place)
+    asked = RDLCK if kind == "RDLCK" else WRLCK
+    got = p9.rpc(Tgetlock(fid=second, type=asked, start=start, length=length, proc_id=99, client_id="client-b"))
+    assert (got.type, got.start, got.length, got.proc_id, got.client_id) == (UNLCK, start, length, 99, "client-b")
+    for fid in (first, second):
+        p9.clunk(fid)
+
+
+@case_path("lock/ranges/{span}", backends=["local"], span=list(RANGES))
+def test_lock_any_range(place: Place, span: str) -> None:
+    """A write lock on any range (the whole file, one byte, the middle, far past the end) is
+    granted and released."""
+    start, length = RANGES[span]
+    p9 = place.session
+    first, second = open_twice(place)
+    for kind in (WRLCK, UNLCK):
+        got = p9.rpc(Tlock(fid=first, type=kind, flags=0, start=start, length=length, proc_id=3, client_id="c"))
+        assert got.status == LOCK_SUCCESS
+    for fid in (first, second):
+        p9.clunk(fid)
