@@ -174,3 +174,21 @@ def test_user_xattrs_are_the_hosts(place: Place) -> None:
     assert os.getxattr(place.host_path("node"), "user.note") == b"hello"
     assert not [n for n in os.listxattr(place.host_path("node")) if n.startswith("user.virtfs")]
     p9.clunk(fid)
+
+
+@MAPPED_FILE
+@case_path("models/mapped-file/link", backends=["local"])
+def test_hard_link_gets_the_metadata(place: Place) -> None:
+    """Tlink under mapped-file: the new name is the same host inode, and it has metadata of its own
+    equal to the file's, so the client sees the same owner and mode through both names."""
+    p9 = place.session
+    fid = create(p9, place, "file")
+    p9.rpc(Tsetattr(fid=fid, valid=0x3, mode=stat.S_IFREG | 0o604, uid=3001))
+    p9.link(place.fid, fid, "alias")
+    assert place.host_path("alias").stat().st_ino == place.host_path("node").stat().st_ino
+    assert metadata(place.host_path("alias")) == metadata(place.host_path("node"))
+    alias = p9.walk_fid(place.fid, ["alias"])
+    attr = p9.getattr(alias)
+    assert (attr.mode, attr.uid, attr.nlink) == (stat.S_IFREG | 0o604, 3001, 2)
+    for f in (alias, fid):
+        p9.clunk(f)
