@@ -21,6 +21,11 @@ int served(int n)
     return -n;
 }
 
+int unserved(void)
+{
+    return 7;
+}
+
 int main(void)
 {
     return served(3) == 3 ? 0 : 1;
@@ -47,7 +52,7 @@ def built(tmp_path: Path) -> Build:
 def test_lines_and_branches_of_the_server(built: Build) -> None:
     found = coverage.rows(coverage.summary(built))
     lines_covered, lines, branches_covered, branches = found["hw/9pfs/9p.c"]
-    assert (lines_covered, lines) == (5, 6)  # `return -n;` never ran
+    assert (lines_covered, lines) == (5, 8)  # `return -n;` and unserved()'s two lines never ran
     assert branches_covered < branches
     assert found["total"] == found["hw/9pfs/9p.c"]
 
@@ -68,3 +73,7 @@ def test_a_diff_is_counted_on_its_own_lines(built: Build) -> None:
     (tree / "hw" / "9pfs" / "9p.c").write_text(text)  # the patch touches the line the program never ran
     assert coverage.changed_lines(tree, "HEAD") == {"hw/9pfs/9p.c": {6}}
     assert coverage.diff_rows(built, "HEAD") == [("hw/9pfs/9p.c", 0, 1, "0.0%")]
+
+
+def test_functions_never_entered_are_named(built: Build) -> None:
+    assert coverage.never_run(built) == {"hw/9pfs/9p.c": ["unserved"]}

@@ -111,6 +111,18 @@ def changed_lines(tree: Path, base: str) -> dict[str, set[int]]:
     return changed
 
 
+def never_run(build: qemu_build.Build) -> dict[str, list[str]]:
+    """Per file, the functions the selection never entered (gcovr's function counts), in source order."""
+    detail = json.loads(gcovr(build, "--json").stdout)
+    found = {}
+    for file in detail["files"]:
+        functions = sorted(file["functions"], key=lambda f: f["lineno"])
+        names = [f["name"] for f in functions if f.get("execution_count") == 0]
+        if names:
+            found[file["file"]] = names
+    return found
+
+
 def diff_rows(build: qemu_build.Build, base: str) -> list[tuple[str, int, int, str]]:
     """Per file of the patch: changed executable lines covered, of how many."""
     detail = json.loads(gcovr(build, "--json").stdout)
@@ -130,6 +142,7 @@ def coverage(origin: str, selection: list[str], html: str | None, diff: str | No
     zero_counters(build)
     status = run_selection(build.binary, selection)
     ours = rows(summary(build))
+    unentered = never_run(build)
     if html:
         Path(html).mkdir(parents=True, exist_ok=True)
         gcovr(build, "--html-details", str(Path(html) / "index.html"))
@@ -154,4 +167,7 @@ def coverage(origin: str, selection: list[str], html: str | None, diff: str | No
         headers += ["qos-test lines %", "qos-test branches %"]
     print(f"coverage of {SERVER} (proxy, Xen and trace glue left out) on QEMU {build.version} ({build.binary})")
     print(tabulate(table, headers=headers, tablefmt="github"))
+    print("functions never entered:")
+    for name, functions in unentered.items():
+        print(f"  {name}: {', '.join(functions)}")
     return status
