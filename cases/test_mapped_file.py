@@ -192,3 +192,24 @@ def test_hard_link_gets_the_metadata(place: Place) -> None:
     assert (attr.mode, attr.uid, attr.nlink) == (stat.S_IFREG | 0o604, 3001, 2)
     for f in (alias, fid):
         p9.clunk(f)
+
+
+@pytest.mark.fresh_qemu  # the export root's metadata is the export's, not the case's directory's
+@MAPPED_FILE
+@case_path("models/mapped-file/export_root", backends=["local"])
+def test_export_root_metadata(place: Place, local_export: Path) -> None:
+    """The export root has no parent to keep its metadata in: QEMU uses
+    ``.virtfs_metadata_root`` beside it. Tsetattr of the root's mode and owner writes it (read
+    back by Tgetattr); the root directory on the host keeps its own mode."""
+    p9 = place.session
+    root_file = local_export / ".virtfs_metadata_root"
+    host_mode = stat.S_IMODE(local_export.stat().st_mode)
+    try:
+        p9.rpc(Tsetattr(fid=0, valid=0x3, mode=stat.S_IFDIR | 0o751, uid=3001))
+        stored = dict(line.split("=") for line in root_file.read_text().splitlines())
+        assert (int(stored["virtfs.mode"]), int(stored["virtfs.uid"])) == (stat.S_IFDIR | 0o751, 3001)
+        attr = p9.getattr(0)
+        assert (attr.mode, attr.uid) == (stat.S_IFDIR | 0o751, 3001)
+        assert stat.S_IMODE(local_export.stat().st_mode) == host_mode
+    finally:
+        root_file.unlink(missing_ok=True)

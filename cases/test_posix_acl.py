@@ -126,23 +126,23 @@ def test_acl_refused_under_none(place: Place, security_model: str, which: str) -
     "system.posix_acl_access for it) but reading that name reads user.virtfs.system.posix_acl_access "
     "instead: a listed xattr the client cannot read (ENODATA)",
 )
-@case_path("posix_acl/{security_model}/host_acl", backends=["local"],
-           security_model=["mapped-xattr", "passthrough", "none"])  # fmt: skip
-def test_host_acl_listed_and_readable(place: Place, security_model: str) -> None:
+@case_path("posix_acl/{security_model}/host_acl_{which}", backends=["local"],
+           security_model=["mapped-xattr", "passthrough", "none"], which=["access", "default"])  # fmt: skip
+def test_host_acl_listed_and_readable(place: Place, security_model: str, which: str) -> None:
     """A file that has an ACL on the host (set there, not through 9P): whatever the listing
     names, the client can read, and what it reads is the ACL (passthrough); under none ACLs are
     hidden from the listing and refused, removal included (EOPNOTSUPP)."""
     p9 = place.session
-    fid, _ = node(place, "access")
-    os.setxattr(place.host_path("n"), ACCESS, ACL)
+    fid, name = node(place, which)
+    os.setxattr(place.host_path("n"), name, ACL)
     listed = [n for n in get_xattr(p9, fid, "").split(b"\0") if n]
     for listed_name in listed:
         assert get_xattr(p9, fid, listed_name.decode()) is not None
     if security_model == "passthrough":
-        assert ACCESS.encode() in listed and get_xattr(p9, fid, ACCESS) == ACL
+        assert name.encode() in listed and get_xattr(p9, fid, name) == ACL
     if security_model == "none":
-        assert ACCESS.encode() not in listed
+        assert name.encode() not in listed
         with expect_rlerror(errno.EOPNOTSUPP):
-            set_xattr(p9, fid, ACCESS, b"")  # a removal: refused at Tclunk
-        assert os.getxattr(place.host_path("n"), ACCESS) == ACL
+            set_xattr(p9, fid, name, b"")  # a removal: refused at Tclunk
+        assert os.getxattr(place.host_path("n"), name) == ACL
     p9.clunk(fid)

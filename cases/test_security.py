@@ -17,7 +17,7 @@ from fixtures.place import Place
 from fixtures.pool import Device
 from harness.errors import P9Rlerror
 from harness.p9 import wire
-from harness.p9.messages import Rlerror, Tmknod, Tsetattr
+from harness.p9.messages import Rlerror, Tmknod, Trenameat, Tsetattr
 from harness.p9.session import Session
 from harness.p9.wire import TMessage
 
@@ -144,10 +144,11 @@ def test_mknod_fifo_on_passthrough(place: Place, security_model: str) -> None:
 
 
 @case_path("security/virtfs_metadata/{operation}", backends=["local"], security_model=["mapped-file"],
-     operation=["readdir", "walk", "mkdir", "lcreate"])  # fmt: skip
+     operation=["readdir", "walk", "mkdir", "lcreate", "symlink", "link", "mknod", "renameat"])  # fmt: skip
 def test_mapped_file_metadata_is_out_of_reach(place: Place, security_model: str, operation: str) -> None:
     """With security_model=mapped-file QEMU keeps metadata in .virtfs_metadata directories: the
-    client cannot list, walk to, or create that name (EINVAL)."""
+    client cannot list, walk to, or create that name by any request (EINVAL), and the metadata
+    directory is as it was."""
     p9 = place.session
     p9.mkdir(place.fid, "sub")  # QEMU writes sub's metadata into .virtfs_metadata here
     assert place.host_path(".virtfs_metadata").is_dir()
@@ -163,12 +164,26 @@ def test_mapped_file_metadata_is_out_of_reach(place: Place, security_model: str,
             p9.walk(place.fid, [".virtfs_metadata"], 500)
         elif operation == "mkdir":
             p9.mkdir(place.fid, ".virtfs_metadata")
+        elif operation == "symlink":
+            p9.symlink(place.fid, ".virtfs_metadata", "sub")
+        elif operation == "link":
+            sub = p9.walk_fid(place.fid, ["sub"])
+            try:
+                p9.link(place.fid, sub, ".virtfs_metadata")
+            finally:
+                p9.clunk(sub)
+        elif operation == "mknod":
+            p9.rpc(Tmknod(dfid=place.fid, name=".virtfs_metadata", mode=stat.S_IFREG | 0o600, major=0, minor=0, gid=0))
+        elif operation == "renameat":
+            p9.rpc(Trenameat(olddirfid=place.fid, oldname="sub", newdirfid=place.fid, newname=".virtfs_metadata"))
         else:
             fid = p9.walk_fid(place.fid, [])
             try:
                 p9.lcreate(fid, ".virtfs_metadata")
             finally:
                 p9.clunk(fid)
+    assert sorted(os.listdir(place.host_path(".virtfs_metadata"))) == ["sub"]
+    assert place.host_path("sub").is_dir()
 
 
 def empty_strings(message: type[TMessage[Any]], fid: int) -> TMessage[Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import re
@@ -142,6 +143,23 @@ SANITIZER_ENV = {
     "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=0",
 }
 _SANITIZER_START = re.compile(r"^(==\d+==ERROR: \w+Sanitizer|.*: runtime error: )", re.MULTILINE)
+
+
+#: How long QEMU gets to quit before SIGTERM, and then SIGKILL.
+STOP_TIMEOUT = 5.0
+#: A gcov build writes ~1,500 counter files as it exits, under a lock each that every other exiting
+#: QEMU wants too: on 2 busy cores that took longer than 5 s, and the SIGKILL then lost the counters
+#: of whatever cases that QEMU served (7.2's whole 9P2000.u directory read, for one).
+GCOV_STOP_TIMEOUT = 120.0
+
+
+@functools.cache
+def writes_coverage(binary: Path) -> bool:
+    """Whether ``binary`` is a gcov build (``--enable-gcov``): its build tree has .gcno files for
+    9pfs, beside it (a meson build directory) or in ``build/`` (the harness's cache layout)."""
+    return any(
+        (where / "libcommon.fa.p" / "hw_9pfs_9p.c.gcno").exists() for where in (binary.parent, binary.parent / "build")
+    )
 
 
 def sanitizer_report(output: str) -> str | None:
@@ -334,12 +352,15 @@ class Machine:
                         argv=self.argv, output_tail=self.output_tail(),
                     ) from None  # fmt: skip
 
-    def shutdown(self, timeout: float = 5.0) -> int | None:
+    def shutdown(self, timeout: float | None = None) -> int | None:
         """Stop QEMU (QMP ``quit`` if QMP is in use, else SIGTERM, which QEMU handles as cleanly;
-        then SIGTERM, then SIGKILL) and remove its files.
+        then SIGTERM, then SIGKILL) and remove its files. ``timeout`` for each step: 5 s, or
+        :data:`GCOV_STOP_TIMEOUT` for a gcov build.
 
         Returns the exit status, or None if QEMU was never started.
         """
+        if timeout is None:
+            timeout = GCOV_STOP_TIMEOUT if writes_coverage(self.config.binary) else STOP_TIMEOUT
         self.stopped_by_harness = True
         try:
             if self._proc is not None and self.is_running() and self.unresponsive:
