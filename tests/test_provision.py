@@ -149,3 +149,26 @@ def _wait_for(condition: Callable[[], object], failure: str, seconds: float = 10
         assert time.monotonic() < deadline, failure
         time.sleep(0.05)
     return result
+
+
+def test_a_binary_that_is_not_qemu_is_called_so() -> None:
+    """/bin/true answers --version with coreutils' text ("... GNU GPL version 3"): not QEMU
+    "version 3"."""
+    with pytest.raises(ProvisionError, match=r"/bin/true is not QEMU: `--version` says 'true \(GNU coreutils\)"):
+        provision.probe(Path("/bin/true"))
+
+
+@pytest.mark.parametrize("named", ["/bin/true", "/nonexistent/qemu-system-x86_64"])
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_an_unusable_named_qemu_is_one_usage_error(tmp_path: Path, named: str, workers: list[str]) -> None:
+    """Named with --qemu-binary, a binary the harness cannot use stops pytest before collection
+    with its usage-error status (4) and one line saying why, no traceback, no run directory left."""
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "cases/test_walk.py", "-q", *workers, "--qemu-binary", named],
+        cwd=PROJECT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(PROJECT), "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    out = run.stdout + run.stderr
+    assert run.returncode == 4, out
+    assert out.count("the QEMU under test cannot be used") == 1 and "Traceback" not in out, out
+    assert not list(tmp_path.glob("v9p-run-*"))

@@ -145,9 +145,14 @@ def probe(binary: Path) -> Probe:
             done = dict(zip(runs, pool.map(lambda run: _run(*run), runs.values()), strict=True))
     except (OSError, subprocess.TimeoutExpired) as err:
         raise ProvisionError(f"cannot run {binary}: {err}") from err
-    match = re.search(r"version (\S+)", done["version"].stdout)
+    said = (done["version"].stdout or done["version"].stderr).strip()
+    match = re.search(r"^QEMU emulator version (\d+\.\d+\.\d+)", done["version"].stdout, re.MULTILINE)
     if done["version"].returncode != 0 or not match:
-        raise ProvisionError(f"{binary} --version failed: {done['version'].stderr.strip() or done['version'].stdout}")
+        first = said.splitlines()[0] if said else "nothing"
+        raise ProvisionError(
+            f"{binary} is not QEMU: `--version` says {first!r}, not \"QEMU emulator version ...\"; "
+            "name a qemu-system-x86_64 (python -m harness qemu path shows the one the harness would use)"
+        )
     qtest_accel = done["qtest"].returncode == 0
     max_xattr = done["xattr_qtest"].returncode == 0
     if not qtest_accel:  # degraded binaries answer the max_xattr question under tcg
