@@ -3,6 +3,7 @@ captures that tshark's 9P dissector decodes, the A/B matrix, the REPL, the live 
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -74,7 +75,88 @@ def test_a_failing_case_leaves_a_reproducer_that_replays_to_the_same_difference(
     # the passing case's reproducer replays without a difference
     passing = next(p for p in (tmp_path / "traces").rglob("reproducer.9p") if "tools_walks" in str(p))
     clean = harness("replay", str(passing), "--qemu-binary", str(qemu_under_test.binary))
-    assert clean.returncode == 0 and "no difference: all 5 replies as recorded" in clean.stdout, clean.stdout
+    assert clean.returncode == 0 and "no difference: all 5 requests answered as expected" in clean.stdout, clean.stdout
+
+
+CRASH = textwrap.dedent(
+    """
+    import pytest
+    from harness.p9.messages import Tlock
+    from fixtures.case_path import case_path
+
+    @case_path("tools/crash", backends=["synth"])
+    def test_crash(attached):
+        fid = attached.walk_fid(0, [])
+        attached.rpc(Tlock(fid=fid, type=1, flags=0, start=0, length=0, proc_id=1, client_id="c"))
+    """
+)
+OLD_QEMU = Path.home() / ".cache" / "virtio9p-harness" / "qemu-7.2.22" / "qemu-system-x86_64"
+
+
+def _crash_reproducer(tmp_path: Path, qemu_under_test: QemuUnderTest) -> Path:
+    """A reproducer of QEMU 7.2's synth Tlock SIGSEGV, recorded from a failing case."""
+    crashing = QemuUnderTest(OLD_QEMU, "test", qemu_under_test.probe)
+    out, _ = run_pytest(tmp_path, crashing, source=CRASH).communicate(timeout=60)
+    assert "1 failed" in out, out
+    (found,) = (tmp_path / "v9p-artefacts").rglob("reproducer.9p")
+    assert "# qemu-died: killed by SIGSEGV (-11) at request 4" in found.read_text()
+    return found
+
+
+@pytest.mark.skipif(
+    not OLD_QEMU.exists(), reason="no QEMU 7.2 build in the cache (python -m harness qemu build bookworm)"
+)
+def test_a_crash_replays_as_died_and_a_fixed_qemu_as_absent(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """The verdicts git bisect run wants: on the crashing QEMU the death is the result (exit 1),
+    on one with the fix (10.0.12 and later answer EBADF, the recording's unanswered request) 0."""
+    reproducer = _crash_reproducer(tmp_path, qemu_under_test)
+    crashed = harness("replay", str(reproducer), "--qemu-binary", str(OLD_QEMU))
+    assert crashed.returncode == 1, crashed.stdout + crashed.stderr
+    assert "QEMU died: killed by SIGSEGV (-11) at request 4, as recorded" in crashed.stdout, crashed.stdout
+    fixed = harness("replay", str(reproducer), "--qemu-binary", str(qemu_under_test.binary))
+    if qemu_under_test.probe.version.startswith("7.2"):
+        pytest.skip("the QEMU under test is 7.2 itself: no fixed QEMU to replay on")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "QEMU lived (when recorded: killed by SIGSEGV (-11) at request 4)" in fixed.stdout
+
+
+def test_replay_verdicts_for_what_cannot_be_tested(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """125 for a binary that cannot test the reproducer (not QEMU; no synth test tree), 255 for a
+    reproducer that cannot be read; a one-line reason each, never a traceback."""
+    proc = run_pytest(tmp_path, qemu_under_test, "--trace-dir", "traces", "-k", "tools/walks", source=CASES)
+    assert "1 passed" in proc.communicate(timeout=60)[0]
+    (synth,) = (tmp_path / "traces").rglob("reproducer.9p")
+    broken = tmp_path / "broken.9p"
+    broken.write_text(synth.read_text().replace("--> ", "--> zz", 1))
+    runs = {
+        "not QEMU": (harness("replay", str(synth), "--qemu-binary", "/bin/true"), 125, "is not QEMU"),
+        "missing": (harness("replay", str(tmp_path / "nothing.9p")), 255, "cannot read the reproducer"),
+        "bad hex": (harness("replay", str(broken)), 255, "cannot read the reproducer"),
+    }
+    if PACKAGED.exists():
+        runs["no synth tree"] = (
+            harness("replay", str(synth), "--qemu-binary", str(PACKAGED)),
+            125,
+            "no synth test tree",
+        )
+    for what, (done, status, said) in runs.items():
+        assert done.returncode == status and said in done.stdout, (what, done.stdout, done.stderr)
+        assert "Traceback" not in done.stdout + done.stderr, what
+
+
+def test_replay_finds_qemu_as_everything_else_does(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """QTEST_QEMU_BINARY is taken when no --qemu-binary is given, and the one used is named."""
+    proc = run_pytest(tmp_path, qemu_under_test, "--trace-dir", "traces", "-k", "tools/walks", source=CASES)
+    assert "1 passed" in proc.communicate(timeout=60)[0]
+    (synth,) = (tmp_path / "traces").rglob("reproducer.9p")
+    text = synth.read_text().replace(f"# qemu: {qemu_under_test.binary}", "# qemu: /elsewhere/qemu-system-x86_64")
+    synth.write_text(text)
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "replay", str(synth)], cwd=PROJECT, capture_output=True, text=True,
+        timeout=120, env={**os.environ, "QTEST_QEMU_BINARY": str(qemu_under_test.binary)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"QEMU under test: {qemu_under_test.binary} (from QTEST_QEMU_BINARY)" in done.stdout
 
 
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed (make test installs it)")

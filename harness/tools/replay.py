@@ -1,83 +1,211 @@
-"""``python -m harness replay FILE``: send a reproducer's requests to a fresh QEMU and report the
-first reply that differs from the recording (or from what the case expected, where it says)."""
+"""``python -m harness replay FILE``: send a reproducer's requests to a fresh QEMU and give a
+verdict a ``git bisect run`` can use, one meaning whatever the case was:
+
+- **0** the server does what the case expected: every request answered, each as the case wanted
+  (its ``<==`` errno) or, where it wanted nothing in particular, as recorded; no crash, no hang.
+  The bug is absent.
+- **1** it does not: an answer other than the expected one, a request left unanswered (a hang),
+  QEMU dead (as recorded or not). The bug is there.
+- **125** this binary cannot test it: not QEMU, not usable, without the synth test tree the
+  reproducer needs, or QEMU refusing the recorded configuration.
+- **255** the reproducer cannot be read (missing, not a reproducer, a bad line): nothing to judge,
+  and ``git bisect run`` stops rather than mark commits.
+
+Replies are compared as decoded messages: on the local backend, values the host decides (qid
+paths and versions, times, inode numbers, block counts, directory offsets) are left out.
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from harness.errors import HarnessError, P9ProtocolError, ProvisionError, QEMUError, QEMUStartError, QTestError
+from harness.errors import describe_status as describe_exit
 from harness.p9 import wire
-from harness.p9.messages import Rlerror
+from harness.p9.messages import Rerror, Rlerror
 from harness.p9.session import Pending, Reply
 from harness.p9.trace import Step, read_reproducer
 from harness.qemu import provision
 from harness.qemu.machine import FsConfig, LocalFs, MachineConfig, SynthFs
 from harness.tools.connect import connect
 
+ABSENT, PRESENT, UNTESTABLE, UNREADABLE = 0, 1, 125, 255
+#: fields whose values the host filesystem decides, not the server: left out on local
+HOST_DECIDED = {"path", "version", "offset", "blocks", "bfree", "bavail", "files", "ffree", "fsid", "blksize", "ino",
+                "atime_sec", "atime_nsec", "mtime_sec", "mtime_nsec", "ctime_sec", "ctime_nsec", "btime_sec",
+                "btime_nsec", "gen", "data_version", "atime", "mtime", "dev", "iounit"}  # fmt: skip
 
-def _shown(reply: Reply | bytes) -> str:
-    frame = reply if isinstance(reply, bytes) else reply.frame
+
+def _shown(frame: bytes | None) -> str:
     if not frame:
         return "(reply buffer returned empty)"
     try:
         return str(wire.decode(frame))
-    except Exception:
+    except P9ProtocolError:
         return f"undecodable {frame[:32].hex()}"
 
 
-def _differs(step: Step, reply: Reply) -> str | None:
+def _errno_of(frame: bytes) -> int | None:
+    try:
+        message = wire.decode(frame)
+    except P9ProtocolError:
+        return None
+    if isinstance(message, Rlerror):
+        return message.ecode
+    if isinstance(message, Rerror):
+        return message.errno
+    return None
+
+
+def _comparable(frame: bytes, local: bool) -> Any:
+    """What of a reply must be equal: the bytes on synth; on local the decoded fields less the
+    ones the host decides."""
+    if not local or not frame:
+        return frame
+    try:
+        message = wire.decode(frame)
+    except P9ProtocolError:
+        return frame
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in HOST_DECIDED}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return (message.NAME, strip(message.to_fields()))
+
+
+def _differs(step: Step, frame: bytes | None, local: bool) -> str | None:
+    """Why this reply breaks the expectation, or None."""
+    if frame is None:
+        return "no reply (QEMU hangs on it)" if step.reply is not None or step.expected_errno is not None else None
     if step.expected_errno is not None:
-        message = reply.message
-        if isinstance(message, Rlerror) and message.ecode == step.expected_errno:
+        if _errno_of(frame) == step.expected_errno:
             return None
-        return f"expected {wire.describe_rlerror(step.expected_errno)}, got {_shown(reply)}"
-    if step.reply is not None and reply.frame != step.reply:
-        return f"recorded {_shown(step.reply)}, got {_shown(reply)}"
+        return f"expected {wire.describe_rlerror(step.expected_errno)}, got {_shown(frame)}"
+    if step.reply is None:
+        return None  # unanswered when recorded (QEMU had died): any answer will do
+    if _comparable(frame, local) != _comparable(step.reply, local):
+        return f"recorded {_shown(step.reply)}, got {_shown(frame)}"
     return None
 
 
 def replay(path: Path, explicit: str | None, timeout: float = 10.0) -> int:
-    header, steps = read_reproducer(path)
-    binary, _ = provision.find_qemu(explicit or header.get("qemu"))
-    local = header.get("backend") == "local"
-    export = Path(tempfile.mkdtemp(prefix="v9p-replay-")) if local else None
-    fs: FsConfig = LocalFs(export) if export else SynthFs()
-    transport = "legacy" if header.get("transport") == "legacy" else "modern"
-    config, _ = provision.usable_config(binary, fs, transport)
     try:
-        return _replay(path, steps, config, timeout)
+        header, steps = read_reproducer(path)
+    except (OSError, P9ProtocolError, ValueError, UnicodeDecodeError) as err:
+        print(f"cannot read the reproducer {path}: {err}")
+        return UNREADABLE
+    try:
+        binary, source = _binary(explicit, header)
+        config = _config(binary, header)
+    except ProvisionError as err:
+        print(f"this binary cannot test the reproducer: {err}")
+        return UNTESTABLE
+    print(f"QEMU under test: {binary} (from {source})")
+    export = config.fs.path if isinstance(config.fs, LocalFs) else None
+    try:
+        return _replay(path, header, steps, config, timeout)
     finally:
-        if export:
+        if export is not None:
             shutil.rmtree(export, ignore_errors=True)
 
 
-def _replay(path: Path, steps: list[Step], config: MachineConfig, timeout: float) -> int:
-    fs, transport, binary = config.fs, config.transport, config.binary
-    print(f"replaying {len(steps)} requests of {path} on {binary} ({fs.kind}, {transport})")
-    if fs.kind == "local":
+def _binary(explicit: str | None, header: dict[str, str]) -> tuple[Path, str]:
+    """As everywhere: --qemu-binary, then QTEST_QEMU_BINARY; then the binary the reproducer was
+    recorded on, if this machine has it; then the default build."""
+    if explicit or os.environ.get(provision.ENV_BINARY):
+        return provision.find_qemu(explicit)
+    recorded = header.get("qemu")
+    if recorded and Path(recorded).is_file():
+        return Path(recorded), "the reproducer's header"
+    if recorded:
+        print(f"note: the reproducer was recorded on {recorded}, which this machine does not have")
+    return provision.find_qemu(None)
+
+
+def _config(binary: Path, header: dict[str, str]) -> MachineConfig:
+    fs: FsConfig
+    if header.get("backend") == "local":
+        options = dict(item.split("=", 1) for item in header.get("fsdev", "").split(",") if "=" in item)
+        options.pop("id", None), options.pop("path", None)
+        model = options.pop("security_model", "mapped-xattr")
+        export = Path(tempfile.mkdtemp(prefix="v9p-replay-"))
+        fs = LocalFs(export, security_model=model, extra=tuple(options.items()))  # type: ignore[arg-type]
+    else:
+        fs = SynthFs()
+    transport = "legacy" if header.get("transport") == "legacy" else "modern"
+    try:
+        config, found = provision.usable_config(binary, fs, transport)
+    except ProvisionError:
+        if isinstance(fs, LocalFs):
+            shutil.rmtree(fs.path, ignore_errors=True)
+        raise
+    if fs.kind == "synth" and not found.synth_tree:
+        raise ProvisionError(f"{binary} has no qtest accelerator, so no synth test tree, which this reproducer walks")
+    return config
+
+
+def _replay(path: Path, header: dict[str, str], steps: list[Step], config: MachineConfig, timeout: float) -> int:
+    local = config.fs.kind == "local"
+    recorded_death = header.get("qemu-died")
+    print(f"replaying {len(steps)} requests of {path} ({config.fs.kind}, {config.transport})")
+    if local:
         print("note: host files the case made outside 9P are not in the reproducer; the export starts empty")
-    with connect(config, msize=None) as conn:
-        deferred: list[tuple[int, Step, Pending[Any]]] = []
+    try:
+        with connect(config, msize=None) as conn:
+            return _judge(conn, steps, local, recorded_death, timeout)
+    except QEMUStartError as err:
+        print(f"this binary cannot test the reproducer: QEMU does not start with its configuration: {err.message}")
+        return UNTESTABLE
+
+
+def _judge(conn: Any, steps: list[Step], local: bool, recorded_death: str | None, timeout: float) -> int:
+    deferred: list[tuple[int, Step, Pending[Any]]] = []
+    index = 0
+    try:
         for index, step in enumerate(steps, start=1):
             pending = conn.session.send_raw(step.request)
             if not step.in_line:
                 deferred.append((index, step, pending))
                 continue
-            if (difference := _differs(step, pending.wait(timeout))) is not None:
-                return _report(index, step, difference)
+            if (difference := _differs(step, _reply(pending, timeout), local)) is not None:
+                return _verdict_present(index, step, difference)
         for index, step, pending in deferred:
-            if step.reply is None and step.expected_errno is None:
-                continue  # never answered when recorded either
-            if (difference := _differs(step, pending.wait(timeout))) is not None:
-                return _report(index, step, difference)
+            if (difference := _differs(step, _reply(pending, timeout), local)) is not None:
+                return _verdict_present(index, step, difference)
         conn.session.close(check=False)
-    print(f"no difference: all {len(steps)} replies as recorded")
-    return 0
+    except (QEMUError, QTestError) as err:
+        status = conn.machine.exit_status
+        died = f"QEMU died: {describe_exit(status)} at request {index}"
+        same = recorded_death is not None and recorded_death.endswith(f"at request {index}")
+        print(f"{died}{', as recorded' if same else ''} ({type(err).__name__})")
+        return PRESENT
+    if recorded_death:
+        print(f"no difference, and QEMU lived (when recorded: {recorded_death}): all {len(steps)} answered as expected")
+    else:
+        print(f"no difference: all {len(steps)} requests answered as expected")
+    return ABSENT
 
 
-def _report(index: int, step: Step, difference: str) -> int:
+def _reply(pending: Pending[Any], timeout: float) -> bytes | None:
+    try:
+        reply: Reply = pending.wait(timeout)
+    except HarnessError as err:
+        if isinstance(err, QEMUError | QTestError):
+            raise
+        return None
+    return reply.frame
+
+
+def _verdict_present(index: int, step: Step, difference: str) -> int:
     print(f"request {index}: {_shown(step.request)}")
     print(f"  {difference}")
-    return 1
+    return PRESENT
+
