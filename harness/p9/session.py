@@ -19,7 +19,7 @@ import enum
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol
 
@@ -82,8 +82,9 @@ DEFAULT_MSIZE = 8192
 DEFAULT_TIMEOUT = 10.0
 #: Reply buffer used before a Tversion has fixed msize.
 PREVERSION_REPLY_CAPACITY = 8192
-#: Messages kept for the trace attached to a failing case.
-HISTORY = 256
+#: Messages a session keeps for its trace and reproducer: enough for every case here (xattr_limit's
+#: 1,024 fids take ~4,000), so that a reproducer starts at Tversion; a failure shows the last 200.
+HISTORY = 16384
 #: The tag of a raw frame too short to carry one.
 NO_TAG = -1
 
@@ -205,6 +206,8 @@ class Session:
         self._tags: dict[int, Pending[Any]] = {}
         self._next_fid = 0
         self.history: deque[Record] = deque(maxlen=HISTORY)
+        #: called once, just before the next request goes out (call_before_next_send)
+        self._before_next_send: list[Callable[[], None]] = []
 
     def __enter__(self) -> Session:
         return self
@@ -278,6 +281,8 @@ class Session:
         note: str = "",
         **tails: Region,
     ) -> Pending[R]:
+        while self._before_next_send:
+            self._before_next_send.pop(0)()
         if capacity is None:
             capacity = self.msize if self.msize >= wire.HEADER_SIZE else PREVERSION_REPLY_CAPACITY
         tag = wire.peek_header(frame)[2] if len(frame) >= wire.HEADER_SIZE else NO_TAG
@@ -367,6 +372,11 @@ class Session:
                 return tag
         raise P9StateError("all 65535 tags are in use")
 
+    def call_before_next_send(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` once, just before the next request is sent (a fixture snapshots the host
+        files a case made before its first request)."""
+        self._before_next_send.append(hook)
+
     def new_fid(self) -> int:
         """A fid number this session has not handed out and the server does not hold."""
         while self._next_fid in self._fids or self._next_fid == wire.NOFID:
@@ -445,9 +455,14 @@ class Session:
         stat = dataclasses.replace(wire.DONT_TOUCH, **changes)
         return self.rpc(Twstat(fid=fid, nstat=len(wire.stat_bytes(stat)), stat=stat))
 
-    def format_history(self) -> str:
-        """The recent messages, one line each: time, direction, tag, head, used length, fields."""
-        return format_records(self.history)
+    def format_history(self, last: int | None = None) -> str:
+        """The messages, one line each: time, direction, tag, head, used length, fields; with
+        ``last``, only that many of the newest, after a line saying how many are left out."""
+        records = list(self.history)
+        if last is None or len(records) <= last:
+            return format_records(records)
+        shown = records[-last:]
+        return f"    … {len(records) - last} earlier messages left out (all in trace.txt)\n" + format_records(shown)
 
     def statfs(self, fid: int) -> Rstatfs:
         return self.rpc(Tstatfs(fid=fid))

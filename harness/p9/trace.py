@@ -19,6 +19,8 @@ that differs from its ``<--`` line, or from its ``<==`` expectation where there 
 from __future__ import annotations
 
 import enum
+import os
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +100,102 @@ def _awaiting(steps: list[Step], tag: int) -> int:
         if steps[at].reply is None and wire.peek_header(steps[at].request)[2] == tag:
             return at
     raise P9ProtocolError(f"a reply with tag {tag} answers no recorded request")
+
+
+# -- host files a local-backend case made before its first request ------------------------------
+
+#: Files above this size are recorded by size only (zeros on replay).
+HOST_FILE_LIMIT = 1 << 20
+
+
+def snapshot_host(directory: Path) -> list[dict[str, object]]:
+    """What ``directory`` holds, for a reproducer: each entry's path, kind, mode, owner, user
+    xattrs, and a file's bytes (hex) or a symlink's target. Read without moving any atime
+    (O_NOATIME): the case may be about to check it."""
+    entries: list[dict[str, object]] = []
+    seen: dict[int, str] = {}  # inode -> the first path of a file with several links
+    for path in sorted(directory.rglob("*")):
+        st = path.lstat()
+        if not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1 and st.st_ino in seen:
+            entries.append({"path": str(path.relative_to(directory)), "kind": "link", "target": seen[st.st_ino]})
+            continue
+        seen.setdefault(st.st_ino, str(path.relative_to(directory)))
+        entry: dict[str, object] = {
+            "path": str(path.relative_to(directory)), "mode": stat.S_IMODE(st.st_mode), "owner": [st.st_uid, st.st_gid],
+        }  # fmt: skip
+        if not stat.S_ISLNK(st.st_mode):
+            names = os.listxattr(path, follow_symlinks=False)
+            entry["xattrs"] = {
+                n: os.getxattr(path, n, follow_symlinks=False).hex() for n in names if n.startswith("user.")
+            }
+        if stat.S_ISLNK(st.st_mode):
+            entry.update(kind="symlink", target=os.readlink(path))
+        elif stat.S_ISDIR(st.st_mode):
+            entry.update(kind="dir")
+        elif stat.S_ISREG(st.st_mode):
+            small = st.st_size <= HOST_FILE_LIMIT
+            entry.update(kind="file", size=st.st_size, data=_read_quietly(path).hex() if small else None)
+        elif stat.S_ISFIFO(st.st_mode):
+            entry.update(kind="fifo")
+        elif stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+            entry.update(kind="chardev" if stat.S_ISCHR(st.st_mode) else "blockdev", rdev=st.st_rdev)
+        else:
+            continue  # sockets: not recreated
+        entries.append(entry)
+    return entries
+
+
+def _read_quietly(path: Path) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOATIME)
+    except PermissionError:  # O_NOATIME needs the owner (or root)
+        fd = os.open(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as file:
+        return file.read()
+
+
+def restore_host(directory: Path, entries: Iterable[Mapping[str, object]]) -> None:
+    """Make what :func:`snapshot_host` recorded under ``directory`` again (directory modes last,
+    so that a read-only one still gets its children)."""
+    entries = list(entries)
+    directories = []
+    for entry in entries:
+        path = directory / str(entry["path"])
+        kind = entry["kind"]
+        if kind == "link":
+            os.link(directory / str(entry["target"]), path)
+            continue
+        mode = int(str(entry["mode"]))
+        if kind == "dir":
+            path.mkdir(parents=True, exist_ok=True)
+            directories.append((path, mode))
+            continue
+        if kind == "symlink":
+            path.symlink_to(str(entry["target"]))
+            _own(path, entry)
+            continue
+        elif kind == "fifo":
+            os.mkfifo(path)
+        elif kind in ("chardev", "blockdev"):
+            os.mknod(path, (stat.S_IFCHR if kind == "chardev" else stat.S_IFBLK) | 0o600, int(str(entry["rdev"])))
+        else:
+            data = entry.get("data")
+            path.write_bytes(bytes.fromhex(str(data)) if data is not None else bytes(int(str(entry["size"]))))
+        os.chmod(path, mode)
+        _own(path, entry)
+    for path, mode in reversed(directories):
+        os.chmod(path, mode)
+        _own(path, next(e for e in entries if directory / str(e["path"]) == path))
+
+
+def _own(path: Path, entry: Mapping[str, object]) -> None:
+    owner = entry.get("owner")
+    if isinstance(owner, list) and os.geteuid() == 0:
+        os.lchown(path, int(owner[0]), int(owner[1]))
+    xattrs = entry.get("xattrs")
+    if isinstance(xattrs, dict):
+        for name, value in xattrs.items():
+            os.setxattr(path, name, bytes.fromhex(value), follow_symlinks=False)
 
 
 def read_reproducer(path: Path) -> tuple[dict[str, str], list[Step]]:

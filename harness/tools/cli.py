@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     replay = sub.add_parser("replay", help="re-send a reproducer to a fresh QEMU; report the first difference")
     replay.add_argument("file")
     replay.add_argument("--qemu-binary")
+    replay.add_argument(
+        "--find-fix", action="store_true",
+        help="swap 0 and 1 (bug present: 0), for git bisect start --term-old=broken --term-new=fixed",
+    )  # fmt: skip
 
     matrix = sub.add_parser("matrix", help="the same cases against several QEMU binaries, differences first")
     matrix.add_argument("--qemu", action="append", default=[], help="a QEMU binary (give two or more)")
@@ -151,7 +155,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         from harness.tools.replay import replay as run_replay
 
-        return run_replay(Path(args.file), args.qemu_binary)
+        return run_replay(Path(args.file), args.qemu_binary, find_fix=args.find_fix)
     if args.command == "coverage":
         from harness.qemu import build
         from harness.tools.coverage import coverage

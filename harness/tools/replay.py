@@ -17,6 +17,9 @@ paths and versions, times, inode numbers, block counts, directory offsets) are l
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
 import os
 import shutil
 import tempfile
@@ -28,7 +31,7 @@ from harness.errors import describe_status as describe_exit
 from harness.p9 import wire
 from harness.p9.messages import Rerror, Rlerror
 from harness.p9.session import Pending, Reply
-from harness.p9.trace import Step, read_reproducer
+from harness.p9.trace import Step, read_reproducer, restore_host
 from harness.qemu import provision
 from harness.qemu.machine import FsConfig, LocalFs, MachineConfig, SynthFs
 from harness.tools.connect import connect
@@ -78,7 +81,14 @@ def _comparable(frame: bytes, local: bool) -> Any:
             return [strip(v) for v in value]
         return value
 
-    return (message.NAME, strip(message.to_fields()))
+    fields = message.to_fields()
+    if message.NAME == "Rread" and fields["data"]:
+        # a 9P2000.u directory read is stat records, compared as records; file bytes as they are
+        with contextlib.suppress(P9ProtocolError):
+            # in the host's order; ".." is outside the case's directory: the host's business
+            records = sorted(wire.parse_stats(fields["data"]), key=lambda record: record.name)
+            fields["data"] = [dataclasses.asdict(record) for record in records if record.name != ".."]
+    return (message.NAME, strip(fields))
 
 
 def _differs(step: Step, frame: bytes | None, local: bool) -> str | None:
@@ -96,11 +106,25 @@ def _differs(step: Step, frame: bytes | None, local: bool) -> str | None:
     return None
 
 
-def replay(path: Path, explicit: str | None, timeout: float = 10.0) -> int:
+def replay(path: Path, explicit: str | None, timeout: float = 10.0, *, find_fix: bool = False) -> int:
+    """The verdict (module docstring); ``find_fix`` swaps 0 and 1, so that a bisection whose
+    old commits have the bug and new ones the fix can run it as it is."""
+    verdict = _verdict(path, explicit, timeout)
+    if find_fix and verdict in (ABSENT, PRESENT):
+        swapped = PRESENT if verdict == ABSENT else ABSENT
+        print(f"--find-fix: exit {swapped} ({'the fix is here' if verdict == ABSENT else 'still broken'})")
+        return swapped
+    return verdict
+
+
+def _verdict(path: Path, explicit: str | None, timeout: float) -> int:
     try:
         header, steps = read_reproducer(path)
     except (OSError, P9ProtocolError, ValueError, UnicodeDecodeError) as err:
         print(f"cannot read the reproducer {path}: {err}")
+        return UNREADABLE
+    if "incomplete" in header:
+        print(f"cannot replay {path}: it is incomplete ({header['incomplete']})")
         return UNREADABLE
     try:
         binary, source = _binary(explicit, header)
@@ -137,6 +161,10 @@ def _config(binary: Path, header: dict[str, str]) -> MachineConfig:
         options.pop("id", None), options.pop("path", None)
         model = options.pop("security_model", "mapped-xattr")
         export = Path(tempfile.mkdtemp(prefix="v9p-replay-"))
+        if header.get("host-dir"):  # the case's directory, which the harness made on the host,
+            home = export / Path(header["host-dir"]).name  # and what the case put there itself
+            home.mkdir()
+            restore_host(home, json.loads(header.get("host-files", "[]")))
         fs = LocalFs(export, security_model=model, extra=tuple(options.items()))  # type: ignore[arg-type]
     else:
         fs = SynthFs()
@@ -156,8 +184,8 @@ def _replay(path: Path, header: dict[str, str], steps: list[Step], config: Machi
     local = config.fs.kind == "local"
     recorded_death = header.get("qemu-died")
     print(f"replaying {len(steps)} requests of {path} ({config.fs.kind}, {config.transport})")
-    if local:
-        print("note: host files the case made outside 9P are not in the reproducer; the export starts empty")
+    if local and "host-files" in header:
+        print("note: the case's host files are made as they were at its first request; later ones are not")
     try:
         with connect(config, msize=None) as conn:
             return _judge(conn, steps, local, recorded_death, timeout)
