@@ -172,3 +172,11 @@ def test_an_unusable_named_qemu_is_one_usage_error(tmp_path: Path, named: str, w
     assert run.returncode == 4, out
     assert out.count("the QEMU under test cannot be used") == 1 and "Traceback" not in out, out
     assert not list(tmp_path.glob("v9p-run-*"))
+
+
+def test_a_relative_binary_is_made_absolute(monkeypatch: pytest.MonkeyPatch, qemu_under_test: QemuUnderTest) -> None:
+    """--qemu-binary build/qemu-system-x86_64 (as in a QEMU tree) works: QEMU starts elsewhere."""
+    monkeypatch.chdir(qemu_under_test.binary.parent.parent)
+    relative = Path(qemu_under_test.binary.parent.name) / qemu_under_test.binary.name
+    found, _ = provision.find_qemu(str(relative))
+    assert found == qemu_under_test.binary.absolute()

@@ -45,3 +45,11 @@ def test_versions_parse_like_qemu_prints_them() -> None:
     assert versions.parse("10.0.13") == (10, 0, 13)
     assert versions.parse("11.1.50") == (11, 1, 50)
     assert versions.parse("9.2") == (9, 2, 0)
+
+
+def test_a_development_version_is_mainline_not_a_stable_branch() -> None:
+    """11.0.50 is master after 11.0.0 (QEMU's X.Y.50 numbering), not the 11.0 stable branch: a
+    fix that reached 11.0.3 and 11.1.0 is not in it; one from 11.0.0 and 10.0.0 is."""
+    assert not versions.has("11.0.50", ("10.0.12", "11.0.3", "11.1.0"))
+    assert versions.has("11.1.50", ("10.0.12", "11.0.3", "11.1.0"))
+    assert versions.has("11.0.50", ("11.0.0",)) and versions.has("11.0.50", ("10.0.0",))

@@ -56,7 +56,8 @@ def find_qemu(explicit: str | os.PathLike[str] | None = None) -> tuple[Path, str
             resolved = path if path.is_file() else shutil.which(str(value))
             if not resolved:
                 raise ProvisionError(f"{source} names {value}, which is not an executable file")
-            return Path(resolved), source
+            # absolute: QEMU is started in a directory of its own (build/qemu-system-x86_64 would not be found)
+            return Path(resolved).absolute(), source
     built = cached_build()
     if built is not None:
         return built, "cache"

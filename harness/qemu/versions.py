@@ -40,8 +40,9 @@ def parse(version: str) -> tuple[int, int, int]:
 def has(version: str, releases: Sequence[str]) -> bool:
     """Whether ``version`` carries the fix or change that first shipped in ``releases``."""
     have = parse(version)
+    development = have[2] >= 50  # X.Y.50 and up: master between X.Y and X.Y+1, no stable branch
     for release in map(parse, releases):
-        if release[:2] == have[:2] and have >= release:
+        if release[:2] == have[:2] and have >= release and not development:
             return True  # its own stable branch has it
         if release[2] == 0 and have >= release:
             return True  # mainline: every later version has it
