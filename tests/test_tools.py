@@ -3,6 +3,7 @@ captures that tshark's 9P dissector decodes, the A/B matrix, the REPL, the live 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -189,7 +190,18 @@ def test_matrix_of_a_binary_against_itself_shows_no_difference(qemu_under_test: 
     binary = str(qemu_under_test.binary)
     done = harness("matrix", "--qemu", binary, "--qemu", binary, "--", "-k", "version/ or synth/config")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip().splitlines()[-1].endswith("cases, 0 differ")
+    assert ", 0 differ; each run's output and artefacts:" in done.stdout.strip().splitlines()[-1], done.stdout
+    runs = sorted((PROJECT / "v9p-matrix").iterdir())
+    assert [p.name for p in runs] == [f"0-{qemu_under_test.probe.version}", f"1-{qemu_under_test.probe.version}"]
+    assert all((p / "pytest.txt").exists() and json.loads((p / "results.json").read_text())["cases"] for p in runs)
+
+
+def test_matrix_refuses_one_binary_and_an_empty_selection(qemu_under_test: QemuUnderTest) -> None:
+    binary = str(qemu_under_test.binary)
+    one = harness("matrix", "--qemu", binary)
+    assert one.returncode != 0 and "two or more QEMUs" in one.stdout + one.stderr
+    empty = harness("matrix", "--qemu", binary, "--qemu", binary, "--", "-k", "no-such-case-anywhere")
+    assert empty.returncode != 0 and "matched no case" in empty.stdout + empty.stderr, empty.stdout + empty.stderr
 
 
 @pytest.mark.skipif(not PACKAGED.exists(), reason="Debian's qemu-system-x86 is not installed (make test installs it)")

@@ -1,13 +1,22 @@
-"""``python -m harness matrix --qemu A --qemu B [pytest selection]``: the same cases against several
-QEMU binaries, as one table of case x binary, differences first. Exit status 1 when they differ."""
+"""``python -m harness matrix --qemu A --qemu B [-- pytest selection]``: the same cases against two or
+more QEMU binaries, as one table of case x binary, differences first, each differing case's
+failure text per binary below it. Exit status 1 when they differ.
+
+Each binary's run keeps its own directory, ``v9p-matrix/<n>-<version>/``: pytest's output
+(``pytest.txt``), its ``results.json`` and its artefacts (reproducers, QEMU output), so that one
+binary's evidence never overwrites another's. The directory of an earlier matrix is replaced, and
+the tool says so.
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
-import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 from tabulate import tabulate
 
@@ -15,35 +24,68 @@ from harness.errors import ProvisionError
 from harness.qemu import provision
 
 PROJECT = Path(__file__).resolve().parents[2]
+#: How much of each differing case's failure the summary shows per binary (all of it in pytest.txt).
+SHOWN_LINES = 8
 
 
-def run_one(binary: Path, selection: list[str], results: Path) -> dict[str, str]:
-    argv = [sys.executable, "-m", "pytest", "cases/", "-q", "--qemu-binary", str(binary),
-            "--results-json", str(results), *selection]  # fmt: skip
+def run_one(binary: Path, selection: list[str], where: Path) -> dict[str, Any]:
+    where.mkdir(parents=True)
+    results = where / "results.json"
+    argv = [sys.executable, "-m", "pytest", "cases/", "-q", "--qemu-binary", str(binary), "--results-json",
+            str(results), "--artefact-dir", str(where / "artefacts"), *selection]  # fmt: skip
     done = subprocess.run(argv, cwd=PROJECT, capture_output=True, text=True, check=False)
+    (where / "pytest.txt").write_text(done.stdout + done.stderr)
     if not results.exists():
-        raise ProvisionError(f"pytest with {binary} produced no results:\n{done.stdout[-2000:]}{done.stderr}")
-    outcomes: dict[str, str] = json.loads(results.read_text())
-    return outcomes
+        raise ProvisionError(f"pytest with {binary} produced no results (its output: {where / 'pytest.txt'}):\n"
+                             f"{(done.stdout + done.stderr)[-2000:]}")  # fmt: skip
+    found: dict[str, Any] = json.loads(results.read_text())
+    return found
 
 
-def matrix(binaries: list[str], selection: list[str]) -> int:
+def matrix(binaries: list[str], selection: list[str], root: Path | None = None) -> int:
     if len(binaries) < 2:
         raise ProvisionError("matrix compares two or more QEMUs: give --qemu A --qemu B, or --builds")
     paths = [provision.find_qemu(binary)[0] for binary in binaries]
-    with tempfile.TemporaryDirectory(prefix="v9p-matrix-") as scratch:
-        columns = [run_one(path, selection, Path(scratch, f"{n}.json")) for n, path in enumerate(paths)]
-    cases = sorted(set().union(*columns))
+    versions = [provision.probe_cached(path).version for path in paths]
+    root = root or Path.cwd() / "v9p-matrix"
+    if root.exists():
+        print(f"replacing the earlier matrix in {root}")
+        shutil.rmtree(root)
+    runs = []
+    for n, (path, version) in enumerate(zip(paths, versions, strict=True)):
+        print(f"[{n + 1}/{len(paths)}] QEMU {version} ({path}) ...", end=" ", flush=True)
+        start = time.monotonic()
+        run = run_one(path, selection, root / f"{n}-{version}")
+        counts: dict[str, int] = {}
+        for outcome in run["cases"].values():
+            counts[outcome] = counts.get(outcome, 0) + 1
+        said = ", ".join(f"{count} {outcome}" for outcome, count in sorted(counts.items())) or "no case"
+        print(f"{said} in {time.monotonic() - start:.1f} s")
+        runs.append(run)
+    cases = sorted(set().union(*(run["cases"] for run in runs)))
+    if not cases:
+        raise ProvisionError(f"the selection {' '.join(selection) or '(all of cases/)'} matched no case")
     rows = []
     for case in cases:
-        outcomes = [column.get(case, "-") for column in columns]
-        rows.append((len(set(outcomes)) > 1, case.split("[", 1)[-1].rstrip("]"), *outcomes))
+        outcomes = [run["cases"].get(case, "-") for run in runs]
+        rows.append((len(set(outcomes)) > 1, case, *outcomes))
     rows.sort(key=lambda row: (not row[0], row[1]))
-    differing = sum(1 for row in rows if row[0])
     headers = [
         "case",
-        *(f"{n}: {path.name} ({provision.probe_cached(path).version}, {path.parent})" for n, path in enumerate(paths)),
+        *(f"{n}: {version} ({path})" for n, (path, version) in enumerate(zip(paths, versions, strict=True))),
     ]
-    print(tabulate([row[1:] for row in rows], headers=headers, tablefmt="github"))
-    print(f"{len(cases)} cases, {differing} differ")
+    print(tabulate([(_short(row[1]), *row[2:]) for row in rows], headers=headers, tablefmt="github"))
+    differing = [row[1] for row in rows if row[0]]
+    for case in differing:
+        for n, run in enumerate(runs):
+            text = run.get("failures", {}).get(case)
+            if text:
+                shown = "\n".join(f"    {line}" for line in text.splitlines()[-SHOWN_LINES:])
+                print(f"\n{_short(case)} on {n}: {versions[n]} failed:\n{shown}")
+    print(f"\n{len(cases)} cases, {len(differing)} differ; each run's output and artefacts: {root}/<n>-<version>/")
     return 1 if differing else 0
+
+
+def _short(case: str) -> str:
+    """``synth/walk/basic`` for a case path id, else the node id."""
+    return case.split("[", 1)[-1].rstrip("]") if "[" in case else case
