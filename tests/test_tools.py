@@ -250,3 +250,22 @@ def test_live_trace_prints_every_message(tmp_path: Path, qemu_under_test: QemuUn
     assert "--> tag=0 Twalk(fid=0, newfid=1, wnames=['WALK0'])" in out
     assert "<-- tag=0 Rlerror ENOENT (2)" in out
     assert out.index("Twalk(fid=0, newfid=1") < out.index("1 passed")  # printed as it went
+
+
+def test_junit_and_results_name_the_qemu_under_test(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """Each JUnit testcase carries the QEMU's version, binary and accelerator; --results-json
+    names it beside the outcomes and keeps the failure's text; trace.txt starts with it."""
+    junit, results = tmp_path / "junit.xml", tmp_path / "results.json"
+    proc = run_pytest(tmp_path, qemu_under_test, "--junitxml", str(junit), "--results-json", str(results),
+                      "--trace-dir", "traces", source=CASES)  # fmt: skip
+    assert "1 failed, 1 passed" in proc.communicate(timeout=60)[0]
+    xml = junit.read_text()
+    version = qemu_under_test.probe.version
+    assert xml.count(f'<property name="qemu" value="{version}" />') == 2
+    assert xml.count(f'<property name="qemu_binary" value="{qemu_under_test.binary}" />') == 2
+    found = json.loads(results.read_text())
+    assert found["qemu"]["version"] == version and found["qemu"]["binary"] == str(qemu_under_test.binary)
+    (failed,) = found["failures"]
+    assert "deliberately_wrong" in failed and "expected Rlerror ENOENT" in found["failures"][failed]
+    for trace in (tmp_path / "traces").rglob("trace.txt"):
+        assert trace.read_text().startswith(f"# QEMU {version} ({qemu_under_test.binary}), synth, modern, ")
