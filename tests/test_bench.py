@@ -83,3 +83,15 @@ def test_io_check_finds_a_byte_written_at_the_wrong_place(tmp_path: Path) -> Non
     (tmp_path / "f").write_bytes(shifted)
     with pytest.raises(HarnessError, match="differ near offset 0"):
         bench._check_file(io, tmp_path / "f", size)
+
+
+def test_several_values_per_flag_and_a_json_that_names_the_qemu(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """``--files 30 40`` (the list the help shows) measures both sizes; the JSON carries the QEMU
+    version per binary, the host and the date."""
+    out = tmp_path / "bench.json"
+    rows = table_rows(run("bench", "readdir", "--quick", "--files", "30", "40", "--json", str(out),
+                          "--qemu-binary", str(qemu_under_test.binary)))  # fmt: skip
+    assert {row[1] for row in rows if row[0] == "local"} == {"30", "40"}
+    data = json.loads(out.read_text())
+    assert data["qemu_versions"] == {str(qemu_under_test.binary): qemu_under_test.probe.version}
+    assert data["host"] and data["date"].startswith("20") and data["cpus"] >= 1

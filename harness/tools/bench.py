@@ -8,8 +8,10 @@ the used entry (one poll round trip of resolution); the rest of a request's time
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import platform
 import random
 import re
 import shutil
@@ -143,6 +145,14 @@ def rtt_table(binary: Path, transport: Transport, seconds: float) -> Table:
     return table
 
 
+def progress(iterable: Any = None, what: str = "", total: int | None = None) -> Any:
+    """A tqdm progress bar on stderr (the bench's tables stay on stdout), or none when stderr is
+    not a terminal; ``with progress(total=n) as bar: bar.update()`` or ``for x in progress(xs)``."""
+    from tqdm import tqdm
+
+    return tqdm(iterable, desc=what, total=total, file=sys.stderr, disable=not sys.stderr.isatty(), leave=False)
+
+
 # -- readdir --------------------------------------------------------------------------------------
 
 
@@ -153,7 +163,7 @@ def _local_dir(root: Path, files: int) -> Path:
         where.mkdir()
         fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            for i in range(files):
+            for i in progress(range(files), f"making {files} files"):
                 os.close(os.open(f"ReadDirFile{i}", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
         finally:
             os.close(fd)
@@ -172,14 +182,22 @@ def readdir_table(binary: Path, sizes: Sequence[int], msizes: Sequence[int], run
     try:
         places: list[tuple[str, FsConfig, list[str], int]] = [("synth", SynthFs(), ["ReadDirDir"], 100)]
         places += [("local", LocalFs(export), [_local_dir(export, n).name], n) for n in sizes]
-        for backend, fs, path, files in places:
-            with connect(machine_config(binary, fs), msize=None) as conn:
-                for msize in msizes:
-                    whole = msize - wire.RREADDIR_HEADER
-                    for count in [whole, *(c for c in counts if c < whole)]:
+        rows = [
+            (place, msize, count)
+            for place in places
+            for msize in msizes
+            for count in [msize - wire.RREADDIR_HEADER, *(c for c in counts if c < msize - wire.RREADDIR_HEADER)]
+        ]
+        with progress(total=len(rows), what=f"Treaddir rows on {binary.name}") as bar:
+            for backend, fs, path, files in places:
+                with connect(machine_config(binary, fs), msize=None) as conn:
+                    for place, msize, count in rows:
+                        if place[0] != backend or place[3] != files:
+                            continue
                         table.rows.append(
                             (backend, files, msize, count, *_readdir_runs(conn, path, msize, count, runs))
                         )
+                        bar.update()
     finally:
         shutil.rmtree(export, ignore_errors=True)
     return table
@@ -362,6 +380,10 @@ def present(tables: list[Table], binaries: list[Path], json_path: str | None, pl
         data = {
             "bench": first.title,
             "binaries": [str(b) for b in binaries],
+            "qemu_versions": {str(b): provision.probe_cached(b).version for b in binaries},
+            "host": platform.node(),
+            "cpus": os.cpu_count(),
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "columns": [*first.keys, *first.values],
             "results": {str(b): [list(r) for r in t.rows] for b, t in zip(binaries, tables, strict=True)},
         }

@@ -54,17 +54,20 @@ def main(argv: list[str] | None = None) -> int:
     rtt.add_argument("--seconds", type=float, default=2.0, help="time spent on each measurement")
     readdir = bench_sub.add_parser("readdir", help="Treaddir latency on synth and on large local directories")
     common(readdir)
-    readdir.add_argument("--files", type=int, action="append", help="local directory sizes (default 2000 10000 100000)")
-    readdir.add_argument("--msize", type=int, action="append", help="msize values (default 8192 1048576)")
-    readdir.add_argument(
-        "--count", type=int, action="append", help="split counts besides msize - 11 (default 2048: a listing in parts)"
-    )
+
+    def many(parser: argparse.ArgumentParser, flag: str, what: str) -> None:
+        """``--files 100 200``, or ``--files 100 --files 200``: several values either way."""
+        parser.add_argument(flag, type=int, nargs="+", action="extend", help=what)
+
+    many(readdir, "--files", "local directory sizes (default 2000 10000 100000)")
+    many(readdir, "--msize", "msize values (default 8192 1048576)")
+    many(readdir, "--count", "split counts besides msize - 11 (default 2048: a listing in parts)")
     readdir.add_argument("--runs", type=int, default=20, help="listings measured per row (after 2 warm-ups)")
     readdir.add_argument("--quick", action="store_true", help="smoke mode: tiny directories, 2 runs")
     io = bench_sub.add_parser("io", help="Twrite then Tread of a large file against msize")
     common(io)
     io.add_argument("--size", type=int, default=256, help="file size in MiB (default 256)")
-    io.add_argument("--msize", type=int, action="append", help="msize values (default 8 KiB … 4,186,112)")
+    many(io, "--msize", "msize values (default 8 KiB … 4,186,112)")
     io.add_argument("--quick", action="store_true", help="smoke mode: 2 MiB, two msizes")
     io.add_argument(
         "--through-qtest",
@@ -212,7 +215,7 @@ def _bench(args: argparse.Namespace) -> int:
         if args.bench == "rtt":
             tables.append(bench.rtt_table(binary, args.transport, args.seconds))
         elif args.bench == "readdir":
-            sizes = [20, 200] if args.quick else args.files or [2000, 10000, 100000]
+            sizes = args.files or ([20, 200] if args.quick else [2000, 10000, 100000])  # given sizes win
             msizes = args.msize or ([8192] if args.quick else [8192, 1 << 20])
             counts = args.count or [2048]
             tables.append(bench.readdir_table(binary, sizes, msizes, 2 if args.quick else args.runs, counts))
