@@ -198,23 +198,33 @@ def _leftovers(tmp_path: Path) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("args", "sig", "sleepers"),
+    ("args", "sig", "sleepers", "dead_pipe"),
     [
-        pytest.param((), signal.SIGINT, 1, id="ctrl-c"),
-        pytest.param((), signal.SIGTERM, 1, id="sigterm"),
-        pytest.param(("-n", "2"), signal.SIGINT, 2, id="ctrl-c-xdist"),
-        pytest.param(("-n", "2"), signal.SIGTERM, 2, id="sigterm-xdist"),
-        pytest.param(("-n", "2"), signal.SIGKILL, 2, id="kill-9-xdist"),
+        pytest.param((), signal.SIGINT, 1, False, id="ctrl-c"),
+        pytest.param((), signal.SIGINT, 1, True, id="ctrl-c-dead-pipe"),
+        pytest.param((), signal.SIGTERM, 1, False, id="sigterm"),
+        pytest.param((), signal.SIGHUP, 1, False, id="sighup"),
+        pytest.param((), signal.SIGHUP, 1, True, id="sighup-dead-pipe"),
+        pytest.param(("-n", "2"), signal.SIGINT, 2, False, id="ctrl-c-xdist"),
+        pytest.param(("-n", "2"), signal.SIGINT, 2, True, id="ctrl-c-dead-pipe-xdist"),
+        pytest.param(("-n", "2"), signal.SIGTERM, 2, False, id="sigterm-xdist"),
+        pytest.param(("-n", "2"), signal.SIGKILL, 2, False, id="kill-9-xdist"),
     ],
 )
 def test_no_qemu_left_after_pytest_ends(
-    tmp_path: Path, qemu_under_test: QemuUnderTest, args: tuple[str, ...], sig: signal.Signals, sleepers: int
-) -> None:
+    tmp_path: Path, qemu_under_test: QemuUnderTest, args: tuple[str, ...], sig: signal.Signals, sleepers: int,
+    dead_pipe: bool,
+) -> None:  # fmt: skip
+    """However pytest is stopped (Ctrl-C, SIGTERM, SIGHUP; with its output piped to a reader that
+    is gone, as `pytest | tee log` after Ctrl-C), no QEMU and no run directory is left."""
     proc = run_pytest(tmp_path, qemu_under_test, *args, source=CASE)
     try:
         _wait_for_sleepers(tmp_path, sleepers, proc)
+        if dead_pipe:
+            assert proc.stdout is not None
+            proc.stdout.close()  # the reader is gone: pytest's next write is EPIPE
         os.killpg(proc.pid, sig)  # the whole process group, as a terminal's Ctrl-C
-        proc.communicate(timeout=30)
+        proc.wait(timeout=30) if dead_pipe else proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -383,3 +393,11 @@ def test_sanitizer_report_fails_the_case(tmp_path: Path, qemu_under_test: QemuUn
     assert "QEMU's sanitizer reported during this case" in out and "test_b_clean" not in out.split("FAILED")[-1]
     (report,) = (tmp_path / "v9p-artefacts").rglob("sanitizer.txt")
     assert "runtime error: injected by the self-test" in report.read_text()
+
+
+def test_old_artefacts_are_cleared_saying_so(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """A run starts with an empty artefact directory; the header says what it removed."""
+    (tmp_path / "v9p-artefacts" / "a-case-of-yesterday").mkdir(parents=True)
+    out, _ = run_pytest(tmp_path, qemu_under_test, "-v", source=CASE, env={"SLEEP": "0"}).communicate(timeout=60)
+    assert "removed 1 case directories of an earlier run from v9p-artefacts" in out, out
+    assert not (tmp_path / "v9p-artefacts" / "a-case-of-yesterday").exists()

@@ -9,6 +9,7 @@ of :meth:`Machine.launch` and :meth:`Machine.shutdown` leaves no process, socket
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import functools
@@ -173,6 +174,18 @@ def sanitizer_report(output: str) -> str | None:
     return rest[: summary.end()] if summary else rest
 
 
+#: Directories of machines not stopped yet: removed at interpreter exit whatever the way out (a
+#: KeyboardInterrupt whose report then hit a closed pipe never reaches the shutdown). The QEMUs
+#: themselves die with this process (PR_SET_PDEATHSIG).
+_LIVE_DIRS: set[Path] = set()
+
+
+@atexit.register
+def _remove_live_dirs() -> None:
+    for directory in list(_LIVE_DIRS):
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def die_with_parent(parent: int, nofile: int | None = None) -> None:
     """``preexec_fn`` of every QEMU the harness starts: runs in the child between fork and exec
     (and sets its open-file limit, where the config asks for one)."""
@@ -214,6 +227,7 @@ class Machine:
         # sockets and QEMU's output; under ``workdir`` when given, so that whoever owns that can
         # remove what a killed process could not
         self._dir = Path(tempfile.mkdtemp(prefix="v9p-qemu-", dir=workdir))
+        _LIVE_DIRS.add(self._dir)
         self.argv = config.argv(Path(QTEST_SOCKET), Path(QMP_SOCKET))  # relative to QEMU's cwd, self._dir
         self.log_path = self._dir / "qemu.log"
         self._proc: subprocess.Popen[bytes] | None = None
@@ -411,6 +425,7 @@ class Machine:
             self._qmp_socket = None
 
     def _remove_dir(self) -> None:
+        _LIVE_DIRS.discard(self._dir)
         if self._dir.exists():
             self._saved_log = self.output_text()
             shutil.rmtree(self._dir, ignore_errors=True)
