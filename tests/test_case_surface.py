@@ -5,11 +5,14 @@ import-linter's job (``make lint``)."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-CASES = sorted((Path(__file__).resolve().parent.parent / "cases").glob("test_*.py"))
+PROJECT = Path(__file__).resolve().parent.parent
+CASES = sorted((PROJECT / "cases").glob("test_*.py"))
 
 
 def private(name: str) -> bool:
@@ -32,3 +35,18 @@ def test_a_case_module_touches_nothing_private(path: Path) -> None:
 def test_the_check_sees_a_private_attribute(tmp_path: Path) -> None:
     tree = ast.parse("device.channel._in_flight.clear()")
     assert any(isinstance(n, ast.Attribute) and private(n.attr) for n in ast.walk(tree))
+
+
+def test_a_family_marker_selects_its_family_and_nothing_else() -> None:
+    """``-m lock`` is every lock/ case and no malformed/Tlock/ one (``-k lock/`` takes both)."""
+
+    def collected(*args: str) -> list[str]:
+        done = subprocess.run([sys.executable, "-m", "pytest", "cases/", "-q", "--co", "--strict-markers", *args],
+                              cwd=PROJECT, capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+        return [line.split("[", 1)[1].rstrip("]") for line in done.stdout.splitlines() if "::" in line]
+
+    by_marker = collected("-m", "lock")
+    assert by_marker and all(case.split("/", 1)[1].startswith("lock/") for case in by_marker)
+    by_keyword = collected("-k", "lock/")
+    assert set(by_marker) < set(by_keyword) and any("malformed/" in case for case in by_keyword)
+    assert set(by_marker) == {case for case in by_keyword if case.split("/", 1)[1].startswith("lock/")}

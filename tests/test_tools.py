@@ -65,7 +65,7 @@ def test_a_failing_case_leaves_a_reproducer_that_replays_to_the_same_difference(
     proc = run_pytest(tmp_path, qemu_under_test, "--trace-dir", "traces", source=CASES)
     out, _ = proc.communicate(timeout=60)
     assert "1 failed, 1 passed" in out, out
-    command = next(line for line in out.splitlines() if line.startswith("python -m harness replay "))
+    command = next(line for line in out.splitlines() if line.startswith(f"{sys.executable} -m harness replay "))
     failing = Path(command.split()[-1])
     assert failing.is_relative_to(tmp_path / "traces") and failing.exists()
     assert "<== Rlerror ENOENT (2)" in failing.read_text()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 import os
 import stat
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +70,7 @@ def write_reproducer(
 ) -> Path:
     """Write the exchange; ``expected`` maps a record's index to the errno the case wanted there."""
     lines = [MAGIC, *(f"# {key}: {value}" for key, value in header.items())]
-    lines.append(f"# replay: python -m harness replay {path}")
+    lines.append(f"# replay: {sys.executable} -m harness replay {path}")
     for index, record in enumerate(records):
         if record.direction is Direction.NOT_SENT:
             continue
