@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -234,7 +236,37 @@ def test_repl_session(qemu_under_test: QemuUnderTest) -> None:
     assert "<-- Rlerror ENOENT (2)" in out
     assert "[0, 1]" in out
     assert "<-- Rgetattr(valid=6143" in out
-    assert "Tgetattr needs fid, request_mask" in out
+    assert "Tgetattr needs fid: Tgetattr(fid: U32, request_mask: U64) -> Rgetattr(" in out
+
+
+def test_repl_refuses_and_explains_and_saves_a_reproducer(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """An unknown field is refused with the message's fields; a bare word gets a hint; help names
+    fields and types; obvious fields default (newfid, request_mask); ``save`` writes a reproducer
+    that replay passes; the local export's path is shown."""
+    saved = tmp_path / "session.9p"
+    script = "\n".join(
+        [
+            "Tclunk fid=0 bogus=1",
+            "Twalk fid=0 wnames=WALK0",
+            "help Twalk",
+            "Twalk fid=0 wnames=['WALK0']",
+            "Tgetattr fid=1",
+            f"save {saved}",
+            "quit",
+        ]
+    )
+    done = harness("repl", "--qemu-binary", str(qemu_under_test.binary), stdin=script)
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "Tclunk has no field bogus; its fields: Tclunk(fid: U32) -> Rclunk()" in out
+    assert "wnames=WALK0: not a Python literal (strings take quotes: wnames='WALK0')" in out
+    assert "Twalk(fid: U32, newfid: U32, wnames: Names) -> Rwalk(qids: Qids)" in out
+    assert "<-- Rwalk(qids=[{type=128, version=0, path=1}])" in out and "<-- Rgetattr(valid=6143" in out
+    assert "Traceback" not in out + done.stderr
+    replayed = harness("replay", str(saved), "--qemu-binary", str(qemu_under_test.binary))
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    local = harness("repl", "--backend", "local", "--qemu-binary", str(qemu_under_test.binary), stdin="quit\n")
+    assert "exporting /" in local.stdout and "removed when you quit" in local.stdout, local.stdout
 
 
 def test_repl_completes_names_and_fields() -> None:
@@ -269,3 +301,22 @@ def test_junit_and_results_name_the_qemu_under_test(tmp_path: Path, qemu_under_t
     assert "deliberately_wrong" in failed and "expected Rlerror ENOENT" in found["failures"][failed]
     for trace in (tmp_path / "traces").rglob("trace.txt"):
         assert trace.read_text().startswith(f"# QEMU {version} ({qemu_under_test.binary}), synth, modern, ")
+
+
+def test_repl_ctrl_c_abandons_the_line_not_the_session(qemu_under_test: QemuUnderTest) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "repl", "--qemu-binary", str(qemu_under_test.binary)], cwd=PROJECT,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdin is not None
+    try:
+        assert "root attached as fid 0" in proc.stdout.readline()
+        time.sleep(0.5)  # at the prompt, waiting for a line
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        out, _ = proc.communicate("Tgetattr fid=0\nquit\n", timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "^C" in out and "<-- Rgetattr(valid=6143" in out and "Traceback" not in out

@@ -5,14 +5,18 @@
     9p> raw 1300000018000000000000ff3f000000000000
     <-- Rgetattr(...)
 
-Messages by name with keyword fields (Python literals); Tab completes names and fields; ``tag=N``
-picks the tag. ``raw HEX`` sends any bytes. ``fids``, ``trace``, ``help``, ``quit``.
+Messages by name with keyword fields (Python literals); the obvious fields have defaults (a new
+fid for ``newfid``, NOFID for ``afid``, all of Tgetattr's mask, a count that fills msize); Tab
+completes names and fields; ``tag=N`` picks the tag. ``help Twalk`` lists a message's fields and
+types. ``raw HEX`` sends any bytes; ``save FILE`` writes the session so far as a reproducer that
+``python -m harness replay`` accepts. ``fids``, ``trace``, ``quit``; Ctrl-C abandons the line.
 """
 
 from __future__ import annotations
 
 import ast
 import cmd
+import inspect
 import re
 import shutil
 import tempfile
@@ -22,8 +26,26 @@ from typing import Any
 from harness.errors import HarnessError
 from harness.p9 import wire
 from harness.p9.session import Session
+from harness.p9.trace import write_reproducer
 
 REQUESTS = sorted(m.NAME for m in wire.table() if issubclass(m, wire.TMessage))
+#: Values for fields left out, where one value is what a developer nearly always means.
+DEFAULTS: dict[str, Any] = {
+    "afid": wire.NOFID, "uname": "", "aname": "", "n_uname": 0, "request_mask": wire.GETATTR_ALL,
+    "offset": 0, "flags": 0, "gid": 0, "wnames": [], "data": b"", "datasync": 0,
+}  # fmt: skip
+
+
+def signature(name: str) -> str:
+    """``Twalk(fid: U32, newfid: U32, wnames: Names) -> Rwalk(qids: Qids)``, from the message table."""
+
+    def fields(cls: type[wire.Message]) -> str:
+        annotations = {k: str(v) for k, v in inspect.get_annotations(cls).items()}
+        return ", ".join(f"{f}: {annotations.get(f, '?')}" for f in cls.field_names())
+
+    cls = wire.lookup(name)
+    reply = cls.reply_class() if issubclass(cls, wire.TMessage) else None
+    return f"{name}({fields(cls)})" + (f" -> {reply.NAME}({fields(reply)})" if reply else "")
 
 
 def fields_of(name: str) -> list[str]:
@@ -32,11 +54,23 @@ def fields_of(name: str) -> list[str]:
 
 class Repl(cmd.Cmd):
     prompt = "9p> "
-    intro = "9P2000.L over virtio-9p: type a message (Tab completes), raw HEX, fids, trace, quit."
+    intro = "9P2000.L over virtio-9p: a message (Tab completes; help Twalk), raw HEX, save FILE, fids, trace, quit."
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, header: dict[str, str] | None = None) -> None:
         super().__init__()
         self.session = session
+        #: what ``save`` writes at the top of a reproducer (backend, transport, the QEMU)
+        self.header = header or {}
+
+    def cmdloop(self, intro: Any = None) -> None:
+        """As cmd's, but Ctrl-C abandons the line being typed instead of leaving."""
+        while True:
+            try:
+                super().cmdloop(intro)
+                return
+            except KeyboardInterrupt:
+                print("^C")
+                intro = ""
 
     def default(self, line: str) -> None:
         words = line.split(maxsplit=1)
@@ -46,10 +80,26 @@ class Repl(cmd.Cmd):
             return
         try:
             fields = self._parse(words[1] if len(words) > 1 else "")
+        except ValueError as err:
+            print(f"error: {err}")
+            return
+        try:
             tag = fields.pop("tag", None)
-            missing = set(fields_of(name)) - set(fields)
+            known = fields_of(name)
+            unknown = set(fields) - set(known)
+            if unknown:
+                print(f"{name} has no field {', '.join(sorted(unknown))}; its fields: {signature(name)}")
+                return
+            for field in known:
+                if field not in fields and field == "newfid":
+                    fields[field] = self.session.new_fid()
+                elif field not in fields and field == "count":
+                    fields[field] = self.session.msize - wire.IOHDRSZ
+                elif field not in fields and field in DEFAULTS:
+                    fields[field] = DEFAULTS[field]
+            missing = [f for f in known if f not in fields]
             if missing:
-                print(f"{name} needs {', '.join(sorted(missing))}")
+                print(f"{name} needs {', '.join(missing)}: {signature(name)}")
                 return
             request = wire.lookup(name)(**fields)
             assert isinstance(request, wire.TMessage)
@@ -59,10 +109,18 @@ class Repl(cmd.Cmd):
 
     @staticmethod
     def _parse(text: str) -> dict[str, Any]:
-        joined = ", ".join(re.split(r"\s+(?=\w+=)", text.strip())) if text.strip() else ""
-        call = ast.parse(f"f({joined})", mode="eval").body
-        assert isinstance(call, ast.Call)
-        return {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg}
+        """``fid=0 wnames=['a']`` -> fields; ValueError saying what to type instead."""
+        fields: dict[str, Any] = {}
+        for part in re.split(r"\s+(?=\w+=)", text.strip()) if text.strip() else []:
+            key, sep, value = part.partition("=")
+            if not sep or not key.isidentifier():
+                raise ValueError(f"{part!r}: fields are name=value, e.g. fid=0 wnames=['a']")
+            try:
+                fields[key] = ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                hint = f"{key}={value!r}" if "[" not in value else f"{key}=['a', 'b']"
+                raise ValueError(f"{key}={value}: not a Python literal (strings take quotes: {hint})") from None
+        return fields
 
     def _show(self, reply: Any) -> None:
         if reply.message is None:
@@ -76,6 +134,24 @@ class Repl(cmd.Cmd):
             self._show(self.session.send_raw(bytes.fromhex(arg.strip())).wait())
         except (HarnessError, ValueError) as err:
             print(f"error: {err}")
+
+    def do_help(self, arg: str) -> None:
+        """help [MESSAGE]: the commands, or a message's fields and types"""
+        if arg.strip() in REQUESTS or arg.strip() in wire.BY_NAME:
+            print(signature(arg.strip()))
+            defaults = [f for f in fields_of(arg.strip()) if f in DEFAULTS or f in ("newfid", "count")]
+            if defaults:
+                print(f"  defaults for: {', '.join(defaults)}")
+            return
+        super().do_help(arg)
+
+    def do_save(self, arg: str) -> None:
+        """save FILE: the session so far as a reproducer (python -m harness replay FILE)"""
+        if not arg.strip():
+            print("save needs a file name")
+            return
+        path = write_reproducer(Path(arg.strip()), self.session.history, {"case": "repl", **self.header})
+        print(f"wrote {path}; replay it with python -m harness replay {path}")
 
     def do_fids(self, arg: str) -> None:
         """fids: the fids this session holds"""
@@ -92,7 +168,7 @@ class Repl(cmd.Cmd):
     do_EOF = do_quit
 
     def completenames(self, text: str, *ignored: Any) -> list[str]:
-        return [name for name in [*REQUESTS, "raw", "fids", "trace", "quit"] if name.startswith(text)]
+        return [name for name in [*REQUESTS, "raw", "fids", "trace", "save", "help", "quit"] if name.startswith(text)]
 
     def completedefault(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
         name = line.split()[0]
@@ -113,12 +189,17 @@ def repl(binary: Path, backend: str, export: str | None, transport: str) -> int:
 
     scratch = Path(tempfile.mkdtemp(prefix="v9p-repl-")) if backend == "local" and not export else None
     fs = LocalFs(Path(export) if export else scratch) if backend == "local" else SynthFs()  # type: ignore[arg-type]
-    config, _ = usable_config(binary, fs, transport)
+    config, probe = usable_config(binary, fs, transport)
+    header = {"backend": fs.kind, "transport": transport, "qemu": str(binary), "qemu-version": probe.version}
     try:
         with connect(config) as conn:
             machine = conn.machine
-            print(f"QEMU {machine.argv[0]} pid {machine.pid}; msize {conn.session.msize}; root attached as fid 0")
-            Repl(conn.session).cmdloop()
+            print(f"QEMU {probe.version} {machine.argv[0]} pid {machine.pid}; msize {conn.session.msize}; "
+                  "root attached as fid 0")  # fmt: skip
+            if isinstance(fs, LocalFs):
+                kept = "removed when you quit" if scratch else "yours: left as it is"
+                print(f"exporting {fs.path} ({fs.security_model}; {kept})")
+            Repl(conn.session, header).cmdloop()
             conn.session.close(check=False)
     finally:
         if scratch:
