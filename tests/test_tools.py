@@ -320,3 +320,11 @@ def test_repl_ctrl_c_abandons_the_line_not_the_session(qemu_under_test: QemuUnde
             proc.kill()
     assert proc.returncode == 0, out
     assert "^C" in out and "<-- Rgetattr(valid=6143" in out and "Traceback" not in out
+
+
+@pytest.mark.skipif(not PACKAGED.exists(), reason="Debian's qemu-system-x86 is not installed (make test installs it)")
+def test_malformed_report_refuses_a_binary_without_the_synth_tree_at_once() -> None:
+    started = time.monotonic()
+    done = harness("malformed-report", "--qemu-binary", str(PACKAGED))
+    assert done.returncode != 0 and "no synth test tree" in done.stdout + done.stderr, done.stdout + done.stderr
+    assert time.monotonic() - started < 5 and "Traceback" not in done.stdout + done.stderr

@@ -21,6 +21,11 @@ def report(binary: Path, transport: str, write: bool) -> int:
     if write and transport != "modern":
         raise HarnessError("outcomes are recorded on the modern interface (legacy has no NEEDS_RESET bit)")
     config, found = usable_config(binary, transport=transport)
+    if not found.synth_tree:  # the catalogue's blockers and walks are the synth test tree's files
+        raise HarnessError(
+            f"{binary} has no qtest accelerator, so QEMU builds no synth test tree, which the malformed "
+            "catalogue runs on: use a qtest-capable build (python -m harness qemu build)"
+        )
     version = found.version
     before = malformed.recorded(version) or {}
     outcomes: dict[str, str] = {}
