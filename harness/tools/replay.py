@@ -126,6 +126,9 @@ def _verdict(path: Path, explicit: str | None, timeout: float) -> int:
     if "incomplete" in header:
         print(f"cannot replay {path}: it is incomplete ({header['incomplete']})")
         return UNREADABLE
+    if (why := _unjudgeable(header, steps)) is not None:
+        print(f"cannot judge {path}: {why}")
+        return UNREADABLE
     try:
         binary, source = _binary(explicit, header)
         config = _config(binary, header)
@@ -222,6 +225,20 @@ def _judge(conn: Any, steps: list[Step], local: bool, recorded_death: str | None
     return ABSENT
 
 
+def _unjudgeable(header: dict[str, str], steps: list[Step]) -> str | None:
+    """Why a reproducer carries no expectation replay can judge, or None: a failing (or known-bug)
+    run whose check was not on a 9P reply, nor a death, records the broken answers only, and
+    answers that match them or not say nothing sure about the bug."""
+    failed = header.get("outcome") in ("failed", "xfailed")
+    if not failed or header.get("qemu-died") or any(step.expected_errno is not None for step in steps):
+        return None
+    case = header.get("case", "")
+    name = case.split("[", 1)[1].rstrip("]") if "[" in case else case
+    return (f"it records a {header['outcome']} run whose check was not on a 9P reply "
+            f"({header.get('check', 'unknown')}); judge this bug with the case itself: "
+            f"pytest cases/ -k {name} --runxfail --qemu-binary B")  # fmt: skip
+
+
 def _reply(pending: Pending[Any], timeout: float) -> bytes | None:
     try:
         reply: Reply = pending.wait(timeout)
@@ -236,4 +253,3 @@ def _verdict_present(index: int, step: Step, difference: str) -> int:
     print(f"request {index}: {_shown(step.request)}")
     print(f"  {difference}")
     return PRESENT
-
