@@ -328,3 +328,27 @@ def test_malformed_report_refuses_a_binary_without_the_synth_tree_at_once() -> N
     done = harness("malformed-report", "--qemu-binary", str(PACKAGED))
     assert done.returncode != 0 and "no synth test tree" in done.stdout + done.stderr, done.stdout + done.stderr
     assert time.monotonic() - started < 5 and "Traceback" not in done.stdout + done.stderr
+
+
+HOST_CHECK = textwrap.dedent(
+    """
+    from fixtures.case_path import case_path
+
+    @case_path("tools/host_check", backends=["synth"])
+    def test_host_check(attached):
+        attached.clunk(attached.walk_fid(0, ["WALK0"]))
+        assert 1 + 1 == 3, "a check outside the 9P replies"
+    """
+)
+
+
+def test_a_failure_outside_the_replies_is_not_judged(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """A case that failed on a check no reply carries: replay will not guess (255) and names the
+    pytest command that judges the bug."""
+    out, _ = run_pytest(tmp_path, qemu_under_test, source=HOST_CHECK).communicate(timeout=60)
+    assert "1 failed" in out, out
+    (reproducer,) = (tmp_path / "v9p-artefacts").rglob("reproducer.9p")
+    assert "# outcome: failed" in reproducer.read_text() and "# check: AssertionError" in reproducer.read_text()
+    done = harness("replay", str(reproducer), "--qemu-binary", str(qemu_under_test.binary))
+    assert done.returncode == 255, done.stdout + done.stderr
+    assert "pytest cases/ -k synth/tools/host_check --runxfail" in done.stdout
