@@ -5,7 +5,6 @@ works."""
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import os
 import stat
@@ -46,9 +45,9 @@ from harness.p9.messages import (
     Tunlinkat,
     Twalk,
     Twrite,
-    Twstat,
     Txattrcreate,
     Txattrwalk,
+    twstat,
 )
 from harness.p9.session import Session
 from harness.p9.wire import TMessage
@@ -119,9 +118,9 @@ DOTL_REFUSED: dict[str, Callable[[Fids], TMessage[Any]]] = {
 DOTU_REFUSED: dict[str, Callable[[Fids], TMessage[Any]]] = {
     "Tcreate": lambda f: Tcreate(fid=f.dir_clone, name="new", perm=0o644, mode=wire.ORDWR, extension=""),
     "Tcreate_dir": lambda f: Tcreate(fid=f.dir_clone, name="new", perm=wire.DMDIR | 0o755, mode=0, extension=""),
-    "Twstat_mode": lambda f: wstat(f.file, mode=0o600),
-    "Twstat_name": lambda f: wstat(f.file, name="new"),
-    "Twstat_length": lambda f: wstat(f.file, length=0),
+    "Twstat_mode": lambda f: twstat(f.file, mode=0o600),
+    "Twstat_name": lambda f: twstat(f.file, name="new"),
+    "Twstat_length": lambda f: twstat(f.file, length=0),
     "Topen_OWRITE": lambda f: Topen(fid=f.file_clone, mode=wire.OWRITE),
     "Topen_ORDWR": lambda f: Topen(fid=f.file_clone, mode=wire.ORDWR),
     "Topen_OREAD_OTRUNC": lambda f: Topen(fid=f.file_clone, mode=wire.OREAD | wire.OTRUNC),
@@ -130,10 +129,6 @@ DOTU_REFUSED: dict[str, Callable[[Fids], TMessage[Any]]] = {
     "Tremove": lambda f: Tremove(fid=f.file_clone),
 }
 
-
-def wstat(fid: int, **changes: Any) -> Twstat:
-    record = dataclasses.replace(wire.DONT_TOUCH, **changes)
-    return Twstat(fid=fid, nstat=len(wire.stat_bytes(record)), stat=record)
 
 
 @READONLY

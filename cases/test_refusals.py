@@ -5,7 +5,6 @@ free), no node made or removed on the host."""
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import os
 from collections.abc import Callable
@@ -27,8 +26,8 @@ from harness.p9.messages import (
     Treaddir,
     Tunlinkat,
     Twalk,
-    Twstat,
     Txattrwalk,
+    twstat,
 )
 from harness.p9.session import Session
 from harness.p9.wire import TMessage
@@ -54,10 +53,6 @@ def opened_dir_u(p9: Session, place: Place) -> int:
     p9.open(fid, wire.OREAD)
     return fid
 
-
-def wstat(fid: int, **changes: Any) -> Twstat:
-    record = dataclasses.replace(wire.DONT_TOUCH, **changes)
-    return Twstat(fid=fid, nstat=len(wire.stat_bytes(record)), stat=record)
 
 
 Row = tuple[str, Callable[[Session, Place], TMessage[Any]], int]
@@ -117,8 +112,8 @@ DOTU: dict[str, Row] = {
     "readdir/in_dotu": (wire.DOTU, lambda p9, pl: Treaddir(fid=opened_dir_u(p9, pl), offset=0, count=1000),
                         errno.EOPNOTSUPP),
     "open/unknown_fid": (wire.DOTU, lambda p9, pl: Topen(fid=UNKNOWN, mode=0), errno.ENOENT),
-    "wstat/unknown_fid": (wire.DOTU, lambda p9, pl: wstat(UNKNOWN, mode=0o600), errno.EINVAL),
-    "wstat/rename_onto_a_directory": (wire.DOTU, lambda p9, pl: wstat(p9.walk_fid(pl.fid, ["f"]), name="d"),
+    "wstat/unknown_fid": (wire.DOTU, lambda p9, pl: twstat(UNKNOWN, mode=0o600), errno.EINVAL),
+    "wstat/rename_onto_a_directory": (wire.DOTU, lambda p9, pl: twstat(p9.walk_fid(pl.fid, ["f"]), name="d"),
                                       errno.EISDIR),
 }  # fmt: skip
 

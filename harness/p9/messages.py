@@ -8,7 +8,11 @@ whose reply ``R`` has the next type number.  This module is data: it is long on 
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from harness.p9.wire import (
+    DONT_TOUCH,
     DOTU,
     U8,
     U16,
@@ -26,6 +30,7 @@ from harness.p9.wire import (
     TMessage,
     describe_rlerror,
     message,
+    stat_bytes,
 )
 
 __all__ = [
@@ -494,3 +499,10 @@ class Twstat(TMessage["Rwstat"]):
 @message(127)
 class Rwstat(RMessage):
     pass
+
+
+def twstat(fid: int, **changes: Any) -> Twstat:
+    """Twstat of stat(5)'s "don't touch" record with ``changes`` (``mode=0o600``, ``name="new"``),
+    ``nstat`` counting the record as it travels."""
+    record = dataclasses.replace(DONT_TOUCH, **changes)
+    return Twstat(fid=fid, nstat=len(stat_bytes(record)), stat=record)

@@ -14,7 +14,6 @@ error; Tversion drops all), so :meth:`Session.close` can say which ones leaked.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import enum
 import logging
 import time
@@ -68,8 +67,8 @@ from harness.p9.messages import (
     Tversion,
     Twalk,
     Twrite,
-    Twstat,
     Txattrwalk,
+    twstat,
 )
 from harness.p9.trace import Direction, Record, format_records
 from harness.p9.wire import Message, R, TMessage
@@ -452,8 +451,7 @@ class Session:
     def wstat(self, fid: int, **changes: Any) -> Rwstat:
         """9P2000.u's Twstat of the "don't touch" stat with ``changes`` (``mode=0o600``,
         ``name="new"``); ``nstat`` is the stat's length, as stat(5) has it."""
-        stat = dataclasses.replace(wire.DONT_TOUCH, **changes)
-        return self.rpc(Twstat(fid=fid, nstat=len(wire.stat_bytes(stat)), stat=stat))
+        return self.rpc(twstat(fid, **changes))
 
     def format_history(self, last: int | None = None) -> str:
         """The messages, one line each: time, direction, tag, head, used length, fields; with
