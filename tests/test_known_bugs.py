@@ -13,6 +13,13 @@ def test_the_readme_table_is_the_generated_one() -> None:
 
 def test_every_marker_is_read() -> None:
     bugs = {bug.case: bug for bug in known_bugs.known_bugs()}
-    assert bugs["synth/lock/unopened_fid/{message}"].fixed_in == ("10.0.12", "11.0.3", "11.1.0")
+    assert bugs["synth/lock/unopened_fid/*"].fixed_in  # every message the case takes == ("10.0.12", "11.0.3", "11.1.0")
     assert bugs["local/setattr/mode/mapped-xattr"].fixed_in == ()
     assert bugs["local/unlinked_open_file/truncate"].fixed_in == ("10.1.0",)  # named by versions.FD_SETATTR
+
+
+def test_a_regression_is_a_bug_only_where_it_came_in() -> None:
+    bugs = {bug.case: bug for bug in known_bugs.known_bugs()}
+    wedge = bugs["synth/hotplug/unplug_with_request_in_flight"]
+    assert wedge.introduced_in == ("10.0.13", "11.0.4", "11.1.0") and wedge.fixed_in == ()
+    assert [wedge.present_in(v) for v in ("7.2.22", "10.0.13", "11.1.50")] == [False, True, True]

@@ -8,6 +8,7 @@ the one the suite enforces; ``--readme`` rewrites the README's copy of it.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,7 @@ def _filled(path: str, when: dict[str, str]) -> str:
     """``setattr/mode/{security_model}`` with the values the bug is limited to filled in."""
     for key, value in when.items():
         path = path.replace("{" + key + "}", str(value))
-    return path
+    return re.sub(r"\{\w+\}", "*", path)  # every value of the others
 
 
 def table(bugs: list[KnownBug]) -> str:
