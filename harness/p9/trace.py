@@ -105,8 +105,10 @@ def _awaiting(steps: list[Step], tag: int) -> int:
 
 # -- host files a local-backend case made before its first request ------------------------------
 
-#: Files above this size are recorded by size only (zeros on replay).
+#: Files above this size, and all files once this much is recorded, are recorded by size only
+#: (zeros on replay): a reproducer stays a file one can attach to a bug report.
 HOST_FILE_LIMIT = 1 << 20
+HOST_TOTAL_LIMIT = 4 << 20
 
 
 def snapshot_host(directory: Path) -> list[dict[str, object]]:
@@ -115,6 +117,7 @@ def snapshot_host(directory: Path) -> list[dict[str, object]]:
     (O_NOATIME): the case may be about to check it."""
     entries: list[dict[str, object]] = []
     seen: dict[int, str] = {}  # inode -> the first path of a file with several links
+    recorded = 0
     for path in sorted(directory.rglob("*")):
         st = path.lstat()
         if not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1 and st.st_ino in seen:
@@ -134,7 +137,8 @@ def snapshot_host(directory: Path) -> list[dict[str, object]]:
         elif stat.S_ISDIR(st.st_mode):
             entry.update(kind="dir")
         elif stat.S_ISREG(st.st_mode):
-            small = st.st_size <= HOST_FILE_LIMIT
+            small = st.st_size <= HOST_FILE_LIMIT and recorded + st.st_size <= HOST_TOTAL_LIMIT
+            recorded += st.st_size if small else 0
             entry.update(kind="file", size=st.st_size, data=_read_quietly(path).hex() if small else None)
         elif stat.S_ISFIFO(st.st_mode):
             entry.update(kind="fifo")
