@@ -186,11 +186,11 @@ def restore_host(directory: Path, entries: Iterable[Mapping[str, object]]) -> No
         else:
             data = entry.get("data")
             path.write_bytes(bytes.fromhex(str(data)) if data is not None else bytes(int(str(entry["size"]))))
-        os.chmod(path, mode)
         _own(path, entry)
+        os.chmod(path, mode)  # after the chown, which would clear setuid and setgid
     for path, mode in reversed(directories):
-        os.chmod(path, mode)
         _own(path, next(e for e in entries if directory / str(e["path"]) == path))
+        os.chmod(path, mode)
 
 
 def _own(path: Path, entry: Mapping[str, object]) -> None:
