@@ -9,9 +9,11 @@ import stat
 
 import pytest
 
+from cases.test_lopen import host_fd_flags
 from fixtures.case_path import case_path
 from fixtures.expect import expect_rlerror
 from fixtures.place import Place
+from fixtures.pool import Device
 from harness.p9 import wire
 
 
@@ -72,4 +74,50 @@ def test_lcreate_existing_without_excl(place: Place) -> None:
     reply = p9.lcreate(fid, "f", os.O_RDWR, 0o600)
     assert reply.qid.path == inode
     assert p9.read(fid, 0, 10).data == b"kept"
+    p9.clunk(fid)
+
+
+#: flag name -> (Tlcreate flags, bits QEMU's descriptor must have, bits it must not)
+CREATE_FLAGS = {
+    "O_RDONLY": (os.O_RDONLY, 0, os.O_WRONLY | os.O_RDWR),
+    "O_WRONLY": (os.O_WRONLY, os.O_WRONLY, os.O_RDWR),
+    "O_RDWR": (os.O_RDWR, os.O_RDWR, os.O_WRONLY),
+    "O_RDWR_O_APPEND": (os.O_RDWR | os.O_APPEND, os.O_RDWR | os.O_APPEND, 0),
+    "O_WRONLY_O_DSYNC": (os.O_WRONLY | os.O_DSYNC, os.O_DSYNC, 0),
+    "O_WRONLY_O_SYNC": (os.O_WRONLY | os.O_SYNC, os.O_SYNC, 0),
+    "O_RDWR_O_EXCL": (os.O_RDWR | os.O_EXCL, os.O_RDWR, 0),
+    "O_RDWR_O_TRUNC": (os.O_RDWR | os.O_TRUNC, os.O_RDWR, 0),
+    "O_RDWR_O_NOATIME": (os.O_RDWR | os.O_NOATIME, os.O_NOATIME, 0),
+    # by design: QEMU drops the direct-I/O hint (get_dotl_openflags)
+    "O_RDWR_O_DIRECT": (os.O_RDWR | os.O_DIRECT, os.O_RDWR, os.O_DIRECT),
+}
+
+
+@pytest.mark.fsdev(security_model="passthrough")
+@case_path("lcreate/flags/{flag}", backends=["local"], flag=list(CREATE_FLAGS))
+def test_lcreate_flags(place: Place, device: Device, flag: str) -> None:
+    """Each flag Linux's client sends with a create reaches the descriptor QEMU holds for the new
+    file (fdinfo), the file is a new regular file with exactly the mode asked for (passthrough),
+    in the directory the fid named; the access mode is enforced through the fid."""
+    flags, must, must_not = CREATE_FLAGS[flag]
+    p9 = place.session
+    p9.mkdir(place.fid, "sub", 0o755)
+    fid = p9.walk_fid(place.fid, ["sub"])
+    reply = p9.lcreate(fid, "new", flags | os.O_CREAT, 0o640)
+    host = place.host_path("sub", "new")
+    st = host.lstat()
+    assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o640 and st.st_size == 0
+    assert reply.qid.type == wire.QTFILE and not place.host_path("new").exists()
+    got = host_fd_flags(device, host)
+    assert got & must == must and not got & must_not, f"{flag}: QEMU's descriptor has flags {got:#o}"
+    if flags & os.O_ACCMODE == os.O_RDONLY:
+        with expect_rlerror(errno.EBADF):
+            p9.write(fid, 0, b"x")
+    else:
+        assert p9.write(fid, 0, b"written").count == 7 and host.read_bytes() == b"written"
+    if flags & os.O_ACCMODE == os.O_WRONLY:
+        with expect_rlerror(errno.EBADF):
+            p9.read(fid, 0, 4)
+    elif flags & os.O_ACCMODE == os.O_RDWR:
+        assert p9.read(fid, 0, 7).data == b"written"
     p9.clunk(fid)
