@@ -182,18 +182,13 @@ def readdir_table(binary: Path, sizes: Sequence[int], msizes: Sequence[int], run
     try:
         places: list[tuple[str, FsConfig, list[str], int]] = [("synth", SynthFs(), ["ReadDirDir"], 100)]
         places += [("local", LocalFs(export), [_local_dir(export, n).name], n) for n in sizes]
-        rows = [
-            (place, msize, count)
-            for place in places
-            for msize in msizes
-            for count in [msize - wire.RREADDIR_HEADER, *(c for c in counts if c < msize - wire.RREADDIR_HEADER)]
-        ]
-        with progress(total=len(rows), what=f"Treaddir rows on {binary.name}") as bar:
+        # per msize: the whole listing (count = msize - 11), then the split counts below it
+        splits = {m: [m - wire.RREADDIR_HEADER, *(c for c in counts if c < m - wire.RREADDIR_HEADER)] for m in msizes}
+        total = len(places) * sum(map(len, splits.values()))
+        with progress(total=total, what=f"Treaddir rows on {binary.name}") as bar:
             for backend, fs, path, files in places:
                 with connect(machine_config(binary, fs), msize=None) as conn:
-                    for place, msize, count in rows:
-                        if place[0] != backend or place[3] != files:
-                            continue
+                    for msize, count in ((m, c) for m in msizes for c in splits[m]):
                         table.rows.append(
                             (backend, files, msize, count, *_readdir_runs(conn, path, msize, count, runs))
                         )
