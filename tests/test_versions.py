@@ -53,3 +53,12 @@ def test_a_development_version_is_mainline_not_a_stable_branch() -> None:
     assert not versions.has("11.0.50", ("10.0.12", "11.0.3", "11.1.0"))
     assert versions.has("11.1.50", ("10.0.12", "11.0.3", "11.1.0"))
     assert versions.has("11.0.50", ("11.0.0",)) and versions.has("11.0.50", ("10.0.0",))
+
+
+def test_a_bug_is_where_it_came_in_and_not_yet_fixed() -> None:
+    assert versions.has_bug("7.2.22", ("10.0.12", "11.1.0"))
+    assert not versions.has_bug("10.0.13", ("10.0.12", "11.1.0"))
+    regression = {"fixed_in": (), "introduced_in": ("10.0.13", "11.0.4", "11.1.0")}
+    assert [versions.has_bug(v, **regression) for v in ("7.2.22", "10.0.12", "10.0.13", "11.1.50")] == [
+        False, False, True, True,
+    ]  # fmt: skip

@@ -49,6 +49,12 @@ def has(version: str, releases: Sequence[str]) -> bool:
     return False
 
 
+def has_bug(version: str, fixed_in: Sequence[str], introduced_in: Sequence[str] = ()) -> bool:
+    """Whether ``version`` has a known bug: it has what brought it (always, when ``introduced_in``
+    is empty: the bug is as old as the code) and not its fix."""
+    return (not introduced_in or has(version, introduced_in)) and not has(version, fixed_in)
+
+
 def nearest_known(version: str, known: Sequence[str] = KNOWN) -> str:
     """The known version whose expectations ``version`` gets: itself, else the newest known one at
     or below it (the oldest known one when it is older than all)."""

@@ -30,8 +30,7 @@ class KnownBug:
     introduced_in: tuple[str, ...] = ()
 
     def present_in(self, version: str) -> bool:
-        introduced = not self.introduced_in or versions.has(version, self.introduced_in)
-        return introduced and not versions.has(version, self.fixed_in)
+        return versions.has_bug(version, self.fixed_in, self.introduced_in)
 
 
 def known_bugs(cases: Path = PROJECT / "cases") -> list[KnownBug]:
