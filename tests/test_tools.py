@@ -42,9 +42,10 @@ CASES = textwrap.dedent(
 )
 
 
-def harness(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+def harness(*args: str, stdin: str = "", cwd: Path = PROJECT) -> subprocess.CompletedProcess[str]:
+    """``python -m harness ARGS``; a matrix runs in a ``cwd`` of its own (its v9p-matrix/ is there)."""
     return subprocess.run(
-        [sys.executable, "-m", "harness", *args], cwd=PROJECT, input=stdin, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "harness", *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=300
     )
 
 
@@ -188,27 +189,29 @@ def test_tshark_decodes_the_capture(tmp_path: Path, qemu_under_test: QemuUnderTe
     assert "Rlerror (7)" in detail and "Message data: 02000000" in detail  # ecode 2, ENOENT
 
 
-def test_matrix_of_a_binary_against_itself_shows_no_difference(qemu_under_test: QemuUnderTest) -> None:
+def test_matrix_of_a_binary_against_itself_shows_no_difference(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
     binary = str(qemu_under_test.binary)
-    done = harness("matrix", "--qemu", binary, "--qemu", binary, "--", "-k", "version/ or synth/config")
+    done = harness("matrix", "--qemu", binary, "--qemu", binary, "--", "-k", "version/ or synth/config", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert ", 0 differ; each run's output and artefacts:" in done.stdout.strip().splitlines()[-1], done.stdout
-    runs = sorted((PROJECT / "v9p-matrix").iterdir())
+    runs = sorted((tmp_path / "v9p-matrix").iterdir())
     assert [p.name for p in runs] == [f"0-{qemu_under_test.probe.version}", f"1-{qemu_under_test.probe.version}"]
     assert all((p / "pytest.txt").exists() and json.loads((p / "results.json").read_text())["cases"] for p in runs)
 
 
-def test_matrix_refuses_one_binary_and_an_empty_selection(qemu_under_test: QemuUnderTest) -> None:
+def test_matrix_refuses_one_binary_and_an_empty_selection(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
     binary = str(qemu_under_test.binary)
-    one = harness("matrix", "--qemu", binary)
+    one = harness("matrix", "--qemu", binary, cwd=tmp_path)
     assert one.returncode != 0 and "two or more QEMUs" in one.stdout + one.stderr
-    empty = harness("matrix", "--qemu", binary, "--qemu", binary, "--", "-k", "no-such-case-anywhere")
+    empty = harness("matrix", "--qemu", binary, "--qemu", binary, "--", "-k", "no-such-case-anywhere", cwd=tmp_path)
     assert empty.returncode != 0 and "matched no case" in empty.stdout + empty.stderr, empty.stdout + empty.stderr
 
 
 @pytest.mark.skipif(not PACKAGED.exists(), reason="Debian's qemu-system-x86 is not installed (make test installs it)")
-def test_matrix_against_the_degraded_packaged_binary(qemu_under_test: QemuUnderTest) -> None:
-    done = harness("matrix", "--qemu", str(qemu_under_test.binary), "--qemu", str(PACKAGED), "--", "-k", "version/")
+def test_matrix_against_the_degraded_packaged_binary(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    done = harness(
+        "matrix", "--qemu", str(qemu_under_test.binary), "--qemu", str(PACKAGED), "--", "-k", "version/", cwd=tmp_path
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:4]] for line in done.stdout.splitlines()
             if line.startswith("| synth/")}  # fmt: skip
