@@ -72,8 +72,8 @@ def test_a_diff_is_counted_on_its_own_lines(built: Build) -> None:
     text = (tree / "hw" / "9pfs" / "9p.c").read_text().replace("return -n;", "return -n ;")
     (tree / "hw" / "9pfs" / "9p.c").write_text(text)  # the patch touches the line the program never ran
     assert coverage.changed_lines(tree, "HEAD") == {"hw/9pfs/9p.c": {6}}
-    assert coverage.diff_rows(built, "HEAD") == [("hw/9pfs/9p.c", 0, 1, "0.0%")]
+    assert coverage.diff_rows(built, coverage.detail(built), "HEAD") == [("hw/9pfs/9p.c", 0, 1, "0.0%")]
 
 
 def test_functions_never_entered_are_named(built: Build) -> None:
-    assert coverage.never_run(built) == {"hw/9pfs/9p.c": ["unserved"]}
+    assert coverage.never_run(coverage.detail(built)) == {"hw/9pfs/9p.c": ["unserved"]}

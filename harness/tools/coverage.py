@@ -111,11 +111,17 @@ def changed_lines(tree: Path, base: str) -> dict[str, set[int]]:
     return changed
 
 
-def never_run(build: qemu_build.Build) -> dict[str, list[str]]:
+def detail(build: qemu_build.Build) -> dict[str, Any]:
+    """gcovr's per-line and per-function counts (its JSON report): read once, used by
+    :func:`never_run` and :func:`diff_rows`."""
+    report: dict[str, Any] = json.loads(gcovr(build, "--json").stdout)
+    return report
+
+
+def never_run(counts: dict[str, Any]) -> dict[str, list[str]]:
     """Per file, the functions the selection never entered (gcovr's function counts), in source order."""
-    detail = json.loads(gcovr(build, "--json").stdout)
     found = {}
-    for file in detail["files"]:
+    for file in counts["files"]:
         functions = sorted(file["functions"], key=lambda f: f["lineno"])
         names = [f["name"] for f in functions if f.get("execution_count") == 0]
         if names:
@@ -123,12 +129,11 @@ def never_run(build: qemu_build.Build) -> dict[str, list[str]]:
     return found
 
 
-def diff_rows(build: qemu_build.Build, base: str) -> list[tuple[str, int, int, str]]:
+def diff_rows(build: qemu_build.Build, counts: dict[str, Any], base: str) -> list[tuple[str, int, int, str]]:
     """Per file of the patch: changed executable lines covered, of how many."""
-    detail = json.loads(gcovr(build, "--json").stdout)
     changed = changed_lines(source_tree(build), base)
     out = []
-    for file in detail["files"]:
+    for file in counts["files"]:
         wanted = changed.get(file["file"], set())
         lines = [entry for entry in file["lines"] if entry["line_number"] in wanted and not entry.get("gcovr/noncode")]
         if lines:
@@ -142,12 +147,13 @@ def coverage(origin: str, selection: list[str], html: str | None, diff: str | No
     zero_counters(build)
     status = run_selection(build.binary, selection)
     ours = rows(summary(build))
-    unentered = never_run(build)
+    counts = detail(build)
+    unentered = never_run(counts)
     if html:
         Path(html).mkdir(parents=True, exist_ok=True)
         gcovr(build, "--html-details", str(Path(html) / "index.html"))
     if diff:
-        patch = diff_rows(build, diff)
+        patch = diff_rows(build, counts, diff)
         print(f"lines changed since {diff} that the selection ran:")
         print(tabulate(patch, headers=("file", "covered", "changed lines", "%"), tablefmt="github"))
     theirs: dict[str, tuple[int, int, int, int]] = {}
