@@ -64,20 +64,6 @@ def populate(host: Path) -> None:
     (host / "l").symlink_to("f")
 
 
-def snapshot(host: Path) -> dict[str, tuple[Any, ...]]:
-    """Everything a modifying request could change: each path's type, mode, owner, size, times,
-    bytes, link target and xattrs."""
-    seen: dict[str, tuple[Any, ...]] = {}
-    for path in sorted([host, *host.rglob("*")]):
-        st = path.lstat()
-        data = path.read_bytes() if stat.S_ISREG(st.st_mode) else os.readlink(path) if path.is_symlink() else None
-        xattrs = {} if path.is_symlink() else {n: os.getxattr(path, n) for n in os.listxattr(path)}
-        seen[str(path.relative_to(host))] = (
-            st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_mtime_ns, st.st_ino, data, xattrs,
-        )  # fmt: skip
-    return seen
-
-
 class Fids:
     """The fids a refused request is aimed at: the directory, the file (open for reading: a
     Twrite needs an open fid), and a fresh clone of each."""
@@ -163,11 +149,11 @@ def test_modifying_dotu_request_is_refused(place: Place, dialect: str, message: 
 def refused(place: Place, make: Callable[[Fids], TMessage[Any]]) -> None:
     p9 = place.session
     populate(place.host_path())
-    before = snapshot(place.host_path())
+    before = place.host_state()
     fids = Fids(p9, place)
     with expect_rlerror(errno.EROFS):
         p9.rpc(make(fids))
-    assert snapshot(place.host_path()) == before
+    assert place.host_state() == before
     for fid in set(p9.fids) - {0, place.fid}:
         p9.clunk(fid)
 
@@ -278,10 +264,10 @@ def test_reading_request_still_works(message: str, backend: str, p9: Session, lo
     p9.attach(0)
     place = Place.open(p9, "local", local_export, f"readonly-allowed-{message}")
     populate(place.host_path())
-    before = snapshot(place.host_path())
+    before = place.host_state()
     fids = Fids(p9, place)
     check(p9, fids)
-    assert snapshot(place.host_path()) == before
+    assert place.host_state() == before
     for fid in set(p9.fids) - {0}:
         p9.clunk(fid)
     p9.clunk(0)

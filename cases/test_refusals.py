@@ -8,7 +8,6 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from fixtures.case_path import case_path
@@ -118,20 +117,16 @@ DOTU: dict[str, Row] = {
 }  # fmt: skip
 
 
-def host_tree(host: Path) -> list[tuple[str, int, int]]:
-    return sorted((str(p.relative_to(host)), p.lstat().st_mode, p.lstat().st_size) for p in host.rglob("*"))
-
-
 def refused(place: Place, row: Row) -> None:
     _, make, expected = row
     p9 = place.session
     place.host_path("f").write_bytes(b"content")
     place.host_path("d").mkdir()
-    before = host_tree(place.host_path())
+    before = place.host_state()
     request = make(p9, place)
     with expect_rlerror(expected):
         p9.rpc(request)
-    assert host_tree(place.host_path()) == before
+    assert place.host_state() == before
     reply = p9.send(Twalk(fid=place.fid, newfid=FREE, wnames=[])).wait().message  # FREE is still free
     assert isinstance(reply, Rwalk), f"newfid {FREE} is taken after the refusal: {reply}"
     for fid in set(p9.fids) - {0, place.fid}:
