@@ -34,7 +34,7 @@ from harness.p9.session import Pending, Reply
 from harness.p9.trace import Step, read_reproducer, restore_host
 from harness.qemu import provision
 from harness.qemu.machine import FsConfig, LocalFs, MachineConfig, SynthFs
-from harness.tools.connect import connect
+from harness.tools.connect import Connection, connect
 
 ABSENT, PRESENT, UNTESTABLE, UNREADABLE = 0, 1, 125, 255
 #: fields whose values the host filesystem decides, not the server: left out on local
@@ -197,7 +197,7 @@ def _replay(path: Path, header: dict[str, str], steps: list[Step], config: Machi
         return UNTESTABLE
 
 
-def _judge(conn: Any, steps: list[Step], local: bool, recorded_death: str | None, timeout: float) -> int:
+def _judge(conn: Connection, steps: list[Step], local: bool, recorded_death: str | None, timeout: float) -> int:
     deferred: list[tuple[int, Step, Pending[Any]]] = []
     index = 0
     try:
