@@ -21,6 +21,7 @@ from harness.errors import P9ProtocolError, P9Rlerror, QEMUExited
 from harness.p9 import wire
 from harness.p9.messages import Rerror, Rlerror, Stat, Tcreate, Tread, Tstat, Twalk
 from harness.p9.session import Session
+from harness.qemu import versions
 
 DOTU = pytest.mark.fsdev(security_model="passthrough", multidevs="warn")
 CONTENT = b"hello, 9P2000.u"
@@ -235,7 +236,7 @@ def test_wstat_cannot_change_the_type(place: Place, dialect: str) -> None:
     raises=P9ProtocolError,
 )
 @pytest.mark.qemu_bug(
-    fixed_in=("10.0.12", "11.0.3", "11.1.0"),
+    fixed_in=versions.FID_HANDLE_CHECK,
     when={"opened": "not_open"},
     reason="v9fs_wstat()'s sync path calls fsync on a fid with no open file, which on local runs on "
     "fd 0 (EINVAL) instead of refusing the fid with EBADF (fixed by 75893c058b)",
@@ -263,7 +264,7 @@ def test_wstat_of_nothing_is_fsync(place: Place, dialect: str, opened: str) -> N
 
 
 @pytest.mark.qemu_bug(
-    fixed_in=("10.0.11", "10.2.4", "11.0.2", "11.1.0"),
+    fixed_in=versions.WSTAT_NAME_CHECK,
     reason="v9fs_wstat() passes a new name containing '/' to v9fs_complete_rename() unchecked; "
     "an assertion in the path code aborts QEMU (fixed by 7f5445e7e4: ENOENT)",
     raises=QEMUExited,
@@ -356,7 +357,6 @@ CREATE = {
     "socket": (wire.DMSOCKET | 0o600, "", stat.S_IFSOCK),
     "hardlink": (wire.DMLINK | 0o600, "", stat.S_IFREG),
 }
-MKNOD_FIXED = ("8.2.9", "9.1.3", "9.2.1", "10.0.0")
 MKNOD_REASON = (
     "local_mknod() on passthrough makes the node, then fchmodat_nofollow() opens it through "
     "openat_file(), which the CVE-2023-2861 fix makes refuse special files: ENXIO, node removed"
@@ -374,10 +374,10 @@ MKNOD_REASON = (
     when={"kind": "setgid_dir"},
     reason="v9fs_create() makes a directory with perm & 0777: DMSETGID (and DMSETUID, DMSETVTX) lost",
 )
-@pytest.mark.qemu_bug(fixed_in=MKNOD_FIXED, reason=MKNOD_REASON, raises=P9Rlerror, when={"kind": "fifo"})
-@pytest.mark.qemu_bug(fixed_in=MKNOD_FIXED, reason=MKNOD_REASON, raises=P9Rlerror, when={"kind": "socket"})
-@pytest.mark.qemu_bug(fixed_in=MKNOD_FIXED, reason=MKNOD_REASON, raises=P9Rlerror, when={"kind": "chardev"})
-@pytest.mark.qemu_bug(fixed_in=MKNOD_FIXED, reason=MKNOD_REASON, raises=P9Rlerror, when={"kind": "blockdev"})
+@pytest.mark.qemu_bug(fixed_in=versions.MKNOD_SPECIAL, reason=MKNOD_REASON, raises=P9Rlerror, when={"kind": "fifo"})
+@pytest.mark.qemu_bug(fixed_in=versions.MKNOD_SPECIAL, reason=MKNOD_REASON, raises=P9Rlerror, when={"kind": "socket"})
+@pytest.mark.qemu_bug(fixed_in=versions.MKNOD_SPECIAL, reason=MKNOD_REASON, raises=P9Rlerror, when={"kind": "chardev"})
+@pytest.mark.qemu_bug(fixed_in=versions.MKNOD_SPECIAL, reason=MKNOD_REASON, raises=P9Rlerror, when={"kind": "blockdev"})
 @DOTU
 @case_path("dotu/create/{kind}", backends=["local"], dialect=DIALECT, kind=list(CREATE))
 def test_create_every_kind(place: Place, dialect: str, kind: str) -> None:

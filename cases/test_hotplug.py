@@ -15,6 +15,7 @@ from fixtures.pool import Device
 from harness.errors import QEMUError
 from harness.p9.messages import Twrite, Txattrwalk
 from harness.p9.session import Session
+from harness.qemu import versions
 
 
 def pci_slots(device: Device) -> set[int]:
@@ -53,12 +54,10 @@ def test_unplug_with_open_fids(device: Device, backend: str, local_export: Path)
     assert device.machine.shutdown() == 0, device.machine.output_tail()
 
 
-#: 210701c82e (11.1.0; 10.0.13, 11.0.4): unrealize drains the in-flight requests first
-DRAIN = ("10.0.13", "11.0.4", "11.1.0")
 
 
 @pytest.mark.qemu_bug(
-    introduced_in=DRAIN,
+    introduced_in=versions.UNPLUG_DRAIN,
     fixed_in=(),
     reason="the use-after-free fix makes unrealize wait for every request in flight, and a blocked "
     "one (only a Tflush ends it) never finishes: QEMU's main loop wedges (no DEVICE_DELETED, qtest "

@@ -15,6 +15,7 @@ from fixtures.pool import Device
 from harness.errors import QEMUExited
 from harness.p9.messages import Tgetlock, Tlock
 from harness.p9.session import Session
+from harness.qemu import versions
 
 LOCK_SUCCESS, LOCK_BLOCKED = 0, 1
 RDLCK, WRLCK, UNLCK = 0, 1, 2
@@ -69,14 +70,14 @@ def test_lock_conflict_between_fids(place: Place) -> None:
 
 
 @pytest.mark.qemu_bug(
-    fixed_in=("10.0.12", "11.0.3", "11.1.0"),
+    fixed_in=versions.FID_HANDLE_CHECK,
     when={"backend": "synth"},
     reason="v9fs_lock()/v9fs_getlock() call the backend's fstat without checking that the fid was "
     "opened; synth_fstat() dereferences the missing open state: QEMU dies of SIGSEGV",
     raises=QEMUExited,
 )
 @pytest.mark.qemu_bug(
-    fixed_in=("10.0.12", "11.0.3", "11.1.0"),
+    fixed_in=versions.FID_HANDLE_CHECK,
     when={"backend": "local"},
     reason="v9fs_lock()/v9fs_getlock() never check that the fid was opened: a lock on a walked, "
     "unopened fid is granted",

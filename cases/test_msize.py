@@ -20,6 +20,7 @@ from harness.p9 import wire
 from harness.p9.channel import ChainLayout
 from harness.p9.messages import Tgetattr, Tread, Tversion, Twrite
 from harness.p9.session import Pending, Session
+from harness.qemu import versions
 
 VIRTIO_LIMIT = (1024 - 2) * 4096
 SIZES = [512 * 1024, 1 << 20, 2 << 20, VIRTIO_LIMIT]
@@ -76,7 +77,7 @@ def test_large_msize_in_pages(place: Place, transport: str, msize: int) -> None:
 
 
 @pytest.mark.qemu_bug(
-    fixed_in=("10.0.12", "11.0.3", "11.1.0"),
+    fixed_in=versions.MSIZE_CAP,
     reason="Rversion echoes any msize; a full-msize request in 4 KiB pages then needs more than 1024 "
     'descriptors ("virtio: too many write descriptors in indirect table"); upstream caps msize at '
     "the transport limit since 2026",

@@ -51,6 +51,7 @@ from harness.p9.messages import (
 )
 from harness.p9.session import Session
 from harness.p9.wire import TMessage
+from harness.qemu import versions
 
 READONLY = pytest.mark.fsdev(readonly="on", security_model="passthrough")
 CONTENT = b"read-only content"
@@ -126,8 +127,6 @@ def test_modifying_request_is_refused(place: Place, dialect: str, message: str) 
     refused(place, DOTL_REFUSED[message])
 
 
-#: a0414545a2 (11.1.0; 10.0.13, 11.0.4 through the stable branches)
-TRUNC_BYPASS_FIXED = ("10.0.13", "11.0.4", "11.1.0")
 TRUNC_BYPASS = (
     "v9fs_open() checks a read-only export's write flags against Topen's raw mode byte instead of "
     "the converted open flags: OTRUNC (0x10) and OAPPEND (0x80) are not O_TRUNC/O_APPEND, so a "
@@ -135,8 +134,10 @@ TRUNC_BYPASS = (
 )
 
 
-@pytest.mark.qemu_bug(fixed_in=TRUNC_BYPASS_FIXED, reason=TRUNC_BYPASS, when={"message": "Topen_OREAD_OTRUNC"})
-@pytest.mark.qemu_bug(fixed_in=TRUNC_BYPASS_FIXED, reason=TRUNC_BYPASS, when={"message": "Topen_OREAD_OAPPEND"})
+@pytest.mark.qemu_bug(fixed_in=versions.READONLY_DOTU_OPEN, reason=TRUNC_BYPASS, when={"message": "Topen_OREAD_OTRUNC"})
+@pytest.mark.qemu_bug(
+    fixed_in=versions.READONLY_DOTU_OPEN, reason=TRUNC_BYPASS, when={"message": "Topen_OREAD_OAPPEND"}
+)
 @READONLY
 @case_path("readonly/refused/{dialect}/{message}", backends=["local"], dialect=[wire.DOTU],
            message=list(DOTU_REFUSED))  # fmt: skip

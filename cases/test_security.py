@@ -20,6 +20,7 @@ from harness.p9 import wire
 from harness.p9.messages import Rlerror, Tmknod, Trenameat, Tsetattr
 from harness.p9.session import Session
 from harness.p9.wire import TMessage
+from harness.qemu import versions
 
 SPECIAL_FILE_WARNING = "9p: broken or compromised client detected; attempt to open special file"
 
@@ -129,7 +130,7 @@ def test_mknod_special_nodes_are_plain_files_on_the_host(place: Place, security_
 
 
 @pytest.mark.qemu_bug(
-    fixed_in=("8.2.9", "9.1.3", "9.2.1", "10.0.0"),
+    fixed_in=versions.MKNOD_SPECIAL,
     reason="local_mknod() on passthrough creates the FIFO, then local_set_cred_passthrough() -> "
     "fchmodat_nofollow() opens it through openat_file(), which the CVE-2023-2861 fix makes refuse "
     "special files: Tmknod fails with ENXIO and the node is gone",

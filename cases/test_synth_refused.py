@@ -16,6 +16,7 @@ from fixtures.place import Place
 from harness.p9 import wire
 from harness.p9.messages import Tremove, Trename, Trenameat, Tsetattr, Tunlinkat
 from harness.p9.session import Session
+from harness.qemu import versions
 
 MODE, UID, GID, SIZE, ATIME, MTIME = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20
 ATIME_SET, MTIME_SET = 0x80, 0x100
@@ -110,7 +111,7 @@ def test_tree_cannot_change(place: Place, operation: str) -> None:
 
 
 @pytest.mark.qemu_bug(
-    fixed_in=("10.0.9", "10.1.5", "10.2.2", "11.0.0"),
+    fixed_in=versions.SYNTH_RENAMEAT,
     reason="QEMU 7.2 passes Trenameat to synth_renameat() (EPERM); later versions refuse it before "
     "the backend as not supported (b72d15f47c): EOPNOTSUPP",
     raises=AssertionError,

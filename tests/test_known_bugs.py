@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 from harness.tools import known_bugs
 
 
@@ -23,3 +25,17 @@ def test_a_regression_is_a_bug_only_where_it_came_in() -> None:
     wedge = bugs["synth/hotplug/unplug_with_request_in_flight"]
     assert wedge.introduced_in == ("10.0.13", "11.0.4", "11.1.0") and wedge.fixed_in == ()
     assert [wedge.present_in(v) for v in ("7.2.22", "10.0.13", "11.1.50")] == [False, True, True]
+
+
+def test_every_fix_is_named_once_in_versions() -> None:
+    """A marker names a fix by its constant in harness/qemu/versions.py (or () for none known), so
+    the markers and the malformed catalogue cannot disagree on which version has it."""
+    for path in sorted((known_bugs.PROJECT / "cases").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "pytest.mark.qemu_bug":
+                for keyword in node.keywords:
+                    if keyword.arg in ("fixed_in", "introduced_in"):
+                        written = ast.unparse(keyword.value)
+                        assert written == "()" or written.startswith("versions."), (
+                            f"{path.name}:{node.lineno}: {keyword.arg}={written}: name it in harness/qemu/versions.py"
+                        )

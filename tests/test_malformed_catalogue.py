@@ -47,3 +47,49 @@ def test_plausible_answers() -> None:
     assert malformed.plausible(walk, "Rlerror EINVAL") and malformed.plausible(walk, "Rwalk")
     assert malformed.plausible(walk, malformed.Fate.NEEDS_RESET)
     assert not malformed.plausible(walk, "Rgetattr") and not malformed.plausible(walk, "died: killed by SIGSEGV (-11)")
+
+
+def test_every_difference_between_recordings_is_a_named_fix() -> None:
+    """Recordings of versions that agree on an entry's fixes (malformed.CHANGED_BY) agree on its
+    outcome: whatever differs between versions is explained by a fix that says who has it."""
+    recorded = malformed.recordings()
+    for entry in malformed.catalogue():
+        for version in recorded:
+            found = malformed.expected(entry.name, version, recorded)
+            assert found is not None and found == (recorded[version][entry.name], version)
+            for other in recorded:
+                changes = malformed.changes_of(entry.name)
+                if all(versions.has(version, c) == versions.has(other, c) for c in changes):
+                    assert recorded[other][entry.name] == recorded[version][entry.name], (
+                        f"{entry.name}: {version} and {other} have the same fixes for it "
+                        f"({changes}) and answer differently: name the fix in malformed.CHANGED_BY"
+                    )
+
+
+@pytest.mark.parametrize(
+    ("version", "lock", "renameat"),
+    [
+        # 11.0.2 is past 11.0.0 (synth refuses Trenameat) but before 11.0.3 (the handle check):
+        # the 10.0.13 recording, "the nearest below", would have been wrong for the lock entries
+        ("11.0.2", "Rlock", "Rlerror ENOTSUP"),
+        ("11.0.3", "Rlerror EBADF", "Rlerror ENOTSUP"),
+        ("10.0.8", "Rlock", "Rlerror EPERM"),
+        ("10.0.9", "Rlock", "Rlerror ENOTSUP"),
+        ("10.2.2", "Rlock", "Rlerror ENOTSUP"),
+        ("9.2.4", "Rlock", "Rlerror EPERM"),
+        ("11.2.50", "Rlerror EBADF", "Rlerror ENOTSUP"),
+    ],
+)
+def test_a_release_never_recorded_is_expected_what_its_fixes_say(version: str, lock: str, renameat: str) -> None:
+    recorded = malformed.recordings()
+    for entry, outcome in (("Tlock/size_larger", lock), ("Trenameat/size_smaller", renameat)):
+        found = malformed.expected(entry, version, recorded)
+        assert found is not None and found[0] == outcome, (entry, found)
+    # an entry no fix touches: the nearest recording, whatever it is
+    assert malformed.expected("Tgetattr/size_larger", version, recorded) is not None
+
+
+def test_no_recording_with_the_fixes_of_a_version_is_said() -> None:
+    recorded = {"7.2.22": {"Tlock/size_larger": "Rlock"}}
+    assert malformed.expected("Tlock/size_larger", "11.0.3", recorded) is None
+    assert malformed.expected("Tlock/size_larger", "11.0.2", recorded) == ("Rlock", "7.2.22")

@@ -27,6 +27,7 @@ from harness.errors import DeviceNeedsReset, P9Timeout, QEMUExited, describe_sta
 from harness.p9 import wire
 from harness.p9.messages import Rlerror, Tflush, Twalk, Twrite
 from harness.p9.session import Pending, Session
+from harness.qemu import versions
 
 #: Where recorded outcomes live, one mapping per QEMU version.
 RECORDED = Path(__file__).with_name("malformed_outcomes.json")
@@ -36,6 +37,16 @@ ROOT_FID = 0
 OPEN_FID = 1
 NEEDS_OPEN = frozenset({"Tlock", "Tgetlock", "Tread", "Twrite", "Treaddir", "Tfsync"})
 UNKNOWN_TYPES = (0, 1, 2, 5, 6, 99, 106, 150, 255)
+#: The fixes and changes (from :mod:`harness.qemu.versions`) that change the outcome of a message's
+#: entries: a version's expected outcome is the one recorded on a version that agrees with it on
+#: each of these. Every difference between the recordings must be explained here (a self-test).
+CHANGED_BY: dict[str, tuple[tuple[str, ...], ...]] = {
+    # a size field off by one still decodes; the open directory fid then meets the handle check
+    "Tlock": (versions.FID_HANDLE_CHECK,),
+    "Tgetlock": (versions.FID_HANDLE_CHECK,),
+    "Tfsync": (versions.FID_HANDLE_CHECK,),
+    "Trenameat": (versions.SYNTH_RENAMEAT,),
+}
 
 
 class Fate(enum.StrEnum):
@@ -243,6 +254,24 @@ def recordings() -> dict[str, dict[str, str]]:
 def recorded(version: str) -> dict[str, str] | None:
     """The outcomes recorded for QEMU ``version``, or None."""
     return recordings().get(version)
+
+
+def changes_of(entry: str) -> tuple[tuple[str, ...], ...]:
+    """The fixes and changes that decide ``entry``'s outcome (none: the same on every version)."""
+    return CHANGED_BY.get(entry.split("/")[0], ())
+
+
+def expected(entry: str, version: str, recorded: dict[str, dict[str, str]]) -> tuple[str, str] | None:
+    """(outcome, recorded version) that QEMU ``version`` should give ``entry``: from a recording of a
+    version with the same fixes for this entry, the nearest such one (newest at or below, else the
+    oldest above). None when no recording has this version's combination of fixes."""
+    changes = changes_of(entry)
+    alike = [known for known, outcomes in recorded.items() if entry in outcomes
+             and all(versions.has(known, c) == versions.has(version, c) for c in changes)]  # fmt: skip
+    if not alike:
+        return None
+    base = versions.nearest_known(version, alike)
+    return recorded[base][entry], base
 
 
 def plausible(entry: Malformed, outcome: str) -> bool:

@@ -29,6 +29,24 @@ LONG_PATHS = ("10.0.11", "10.2.4", "11.0.2", "11.1.0")
 #: Tsetattr size and times on an fid with an open handle go to its fd (ftruncate, futimens)
 FD_SETATTR = ("10.1.0",)
 
+# Fixes, named by the releases that carry them. Known-bug markers (``qemu_bug(fixed_in=...)``) and
+# the malformed catalogue's expected outcomes both read these: one rule decides what a version has.
+#: Tlock, Tgetlock, Tfsync and Twstat's sync path check that the fid has an open handle (EBADF; on
+#: synth always EBADF): c3aa2491cd, 32cae47c33, 75893c058b
+FID_HANDLE_CHECK = ("10.0.12", "11.0.3", "11.1.0")
+#: Tversion caps msize at the transport's limit: bb5ab96e35
+MSIZE_CAP = ("10.0.12", "11.0.3", "11.1.0")
+#: Twstat rename with a '/' in the new name is refused, not an assert: 7f5445e7e4
+WSTAT_NAME_CHECK = ("10.0.11", "10.2.4", "11.0.2", "11.1.0")
+#: Tmknod of a FIFO or socket works again (regression of the CVE-2023-2861 fix): d06a9d843f
+MKNOD_SPECIAL = ("8.2.9", "9.1.3", "9.2.1", "10.0.0")
+#: synth refuses Trenameat before the backend (EOPNOTSUPP, was synth_renameat's EPERM): b72d15f47c
+SYNTH_RENAMEAT = ("10.0.9", "10.1.5", "10.2.2", "11.0.0")
+#: 9P2000.u Topen/Tcreate with OTRUNC or OAPPEND honour readonly=on: a0414545a2
+READONLY_DOTU_OPEN = ("10.0.13", "11.0.4", "11.1.0")
+#: unrealize drains the requests in flight before hot-unplug (the use-after-free fix; it brought a wedge): 210701c82e
+UNPLUG_DRAIN = ("10.0.13", "11.0.4", "11.1.0")
+
 
 def parse(version: str) -> tuple[int, int, int]:
     """``10.0.13`` -> (10, 0, 13); ``11.1.50`` (a development snapshot) -> (11, 1, 50)."""

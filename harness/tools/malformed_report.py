@@ -1,5 +1,6 @@
 """``python -m harness malformed-report``: the malformed-request catalogue run on one synth QEMU,
-each entry's outcome beside the one recorded for that version; ``--record`` stores them."""
+each entry's outcome beside the one expected of that version (recorded on a version with the same fixes
+for it, :func:`harness.p9.malformed.expected`); ``--record`` stores them."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def report(binary: Path, transport: str, write: bool) -> int:
             "catalogue runs on: use a qtest-capable build (python -m harness qemu build)"
         )
     version = found.version
-    before = malformed.recorded(version) or {}
+    recordings = malformed.recordings()
     outcomes: dict[str, str] = {}
     rows = []
     machine = Machine(config)
@@ -46,14 +47,15 @@ def report(binary: Path, transport: str, write: bool) -> int:
             else:
                 malformed.cleanup(session, blocker, outcome)
             outcomes[entry.name] = outcome
-            known = malformed.as_seen_on(transport, before[entry.name]) if entry.name in before else ""
-            rows.append(
-                (entry.name, entry.what, outcome, known, "" if not known else "yes" if known == outcome else "NO")
-            )
+            found = malformed.expected(entry.name, version, recordings)
+            known = f"{malformed.as_seen_on(transport, found[0])} ({found[1]})" if found else ""
+            same = "" if not found else "yes" if malformed.as_seen_on(transport, found[0]) == outcome else "NO"
+            rows.append((entry.name, entry.what, outcome, known, same))
     finally:
         machine.shutdown()
     print(f"malformed requests on QEMU {version} ({binary}), {transport} transport, synth backend")
-    print(tabulate(rows, headers=("entry", "what is wrong", "outcome", "recorded", "same"), tablefmt="github"))
+    headers = ("entry", "what is wrong", "outcome", "expected (recorded on)", "same")
+    print(tabulate(rows, headers=headers, tablefmt="github"))
     if write:
         malformed.record(version, outcomes)
         print(f"recorded {len(outcomes)} outcomes for QEMU {version} in {malformed.RECORDED}")
