@@ -117,7 +117,6 @@ DOTU_REFUSED: dict[str, Callable[[Fids], TMessage[Any]]] = {
 }
 
 
-
 @READONLY
 @case_path("readonly/refused/{dialect}/{message}", backends=["local"], dialect=[wire.DOTL],
            message=list(DOTL_REFUSED))  # fmt: skip

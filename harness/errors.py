@@ -27,7 +27,8 @@ Every exception the harness raises on purpose is a :class:`HarnessError`.  None 
      │    ├── P9Rlerror            the server answered Rlerror (or Rerror); carries errno
      │    ├── P9ProtocolError      bad tag, wrong reply type, size mismatch, undecodable frame
      │    ├── P9Timeout            a request got no reply within the limit
-     │    └── P9StateError         the session used out of order (attach before version, ...)
+     │    ├── P9StateError         the session used out of order (attach before version, ...)
+ │    └── ReproducerError      a reproducer file cut, changed, or naming what the harness lacks
      └── LeakError                 fids, tags, descriptors or guest buffers left at close (any layer)
 
 Wrap at layer boundaries with ``raise ... from err`` so the whole story stays in the traceback.
@@ -196,6 +197,11 @@ class P9Timeout(P9Error):
 
 class P9StateError(P9Error):
     """The session was used out of order (e.g. attach before version, request after close)."""
+
+
+class ReproducerError(P9Error):
+    """A reproducer that cannot be judged: not one, cut short, altered since it was written, or
+    naming a backend, transport or host file the harness cannot make."""
 
 
 class LeakError(HarnessError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,15 @@ from pathlib import Path
 from fixtures.devices import QemuUnderTest
 
 PROJECT = Path(__file__).resolve().parent.parent
+
+
+def default_signals() -> None:
+    """For ``preexec_fn``: the child starts with the default handling of the signals the fault
+    tests send, whatever this process inherited (a background job of a non-interactive shell
+    ignores SIGINT, and an ignored signal stays ignored across exec: Python then never raises
+    KeyboardInterrupt). A test of a signal sets the disposition it tests."""
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)
 
 
 def run_pytest(
@@ -28,5 +38,5 @@ def run_pytest(
         [sys.executable, "-m", "pytest", "-p", "fixtures.plugin", "-q", "--rootdir", str(tmp_path),
          "--basetemp", str(tmp_path / "base"), *args, str(tmp_path / "test_case.py")],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=default_signals,
     )  # fmt: skip

@@ -58,7 +58,7 @@ def test_bench_quick_writes_table_json_and_png(tmp_path: Path, qemu_under_test: 
 
 def test_bench_suite_runs_both_suites(qemu_under_test: QemuUnderTest) -> None:
     if provision.qos_test_for(qemu_under_test.binary) is None:
-        pytest.skip(f"no qos-test beside {qemu_under_test.binary} (python -m harness qemu build --with-qos-test)")
+        pytest.skip(f"no qos-test beside {qemu_under_test.binary} (a build of `python -m harness qemu build` has it)")
     rows = table_rows(run("bench", "suite", "--rounds", "1", "--qemu-binary", str(qemu_under_test.binary)))
     assert [row[0] for row in rows] == ["qos-test (QEMU's C suite)", "ours, pytest", "ours, pytest -n 2"]
     assert all(row[1] == "27" for row in rows)

@@ -209,6 +209,7 @@ def _leftovers(tmp_path: Path) -> list[str]:
         pytest.param(("-n", "2"), signal.SIGINT, 2, True, id="ctrl-c-dead-pipe-xdist"),
         pytest.param(("-n", "2"), signal.SIGTERM, 2, False, id="sigterm-xdist"),
         pytest.param(("-n", "2"), signal.SIGKILL, 2, False, id="kill-9-xdist"),
+        pytest.param(("ignoring",), signal.SIGINT, 1, False, id="ctrl-c-started-by-a-job-ignoring-it"),
     ],
 )
 def test_no_qemu_left_after_pytest_ends(
@@ -216,8 +217,17 @@ def test_no_qemu_left_after_pytest_ends(
     dead_pipe: bool,
 ) -> None:  # fmt: skip
     """However pytest is stopped (Ctrl-C, SIGTERM, SIGHUP; with its output piped to a reader that
-    is gone, as `pytest | tee log` after Ctrl-C), no QEMU and no run directory is left."""
-    proc = run_pytest(tmp_path, qemu_under_test, *args, source=CASE)
+    is gone, as `pytest | tee log` after Ctrl-C), no QEMU and no run directory is left. The last
+    is started as a background job of a non-interactive shell starts it, SIGINT ignored: the
+    self-test gives the child the disposition it tests (tests/subrun.default_signals)."""
+    if args == ("ignoring",):
+        args, before = (), signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            proc = run_pytest(tmp_path, qemu_under_test, source=CASE)
+        finally:
+            signal.signal(signal.SIGINT, before)
+    else:
+        proc = run_pytest(tmp_path, qemu_under_test, *args, source=CASE)
     try:
         _wait_for_sleepers(tmp_path, sleepers, proc)
         if dead_pipe:
@@ -395,9 +405,31 @@ def test_sanitizer_report_fails_the_case(tmp_path: Path, qemu_under_test: QemuUn
     assert "runtime error: injected by the self-test" in report.read_text()
 
 
-def test_old_artefacts_are_cleared_saying_so(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
-    """A run starts with an empty artefact directory; the header says what it removed."""
-    (tmp_path / "v9p-artefacts" / "a-case-of-yesterday").mkdir(parents=True)
-    out, _ = run_pytest(tmp_path, qemu_under_test, "-v", source=CASE, env={"SLEEP": "0"}).communicate(timeout=60)
+FAILING = textwrap.dedent(
+    """
+    import errno
+    from fixtures.case_path import case_path
+    from fixtures.expect import expect_rlerror
+
+    @case_path("fault/wrong", backends=["synth"])
+    def test_wrong(attached):
+        with expect_rlerror(errno.ENOENT):  # WALK0 exists
+            attached.walk(0, ["WALK0"], 1)
+    """
+)
+
+
+def test_old_artefacts_go_only_when_a_run_writes_new_ones(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """A run that runs nothing, or writes no evidence, leaves an earlier run's artefacts; the first
+    one that writes removes them first and says so, with -q too."""
+    yesterday = tmp_path / "v9p-artefacts" / "a-case-of-yesterday"
+    yesterday.mkdir(parents=True)
+    for args in (("--collect-only",), ("-k", "no_such_case"), ("-k", "sleeper and synth")):
+        out, _ = run_pytest(tmp_path, qemu_under_test, *args, source=CASE, env={"SLEEP": "0"}).communicate(timeout=60)
+        assert yesterday.is_dir(), (args, out)
+        assert "removed" not in out, (args, out)
+    out, _ = run_pytest(tmp_path, qemu_under_test, source=FAILING).communicate(timeout=60)
+    assert "1 failed" in out, out
     assert "removed 1 case directories of an earlier run from v9p-artefacts" in out, out
-    assert not (tmp_path / "v9p-artefacts" / "a-case-of-yesterday").exists()
+    assert not yesterday.exists()
+    assert list((tmp_path / "v9p-artefacts").rglob("reproducer.9p")), out

@@ -17,7 +17,7 @@ import pytest
 
 from fixtures.devices import QemuUnderTest
 from harness.tools.repl import Repl
-from tests.subrun import PROJECT, run_pytest
+from tests.subrun import PROJECT, default_signals, run_pytest
 
 PACKAGED = Path("/usr/bin/qemu-system-x86_64")
 
@@ -288,14 +288,17 @@ def test_live_trace_prints_every_message(tmp_path: Path, qemu_under_test: QemuUn
 
 
 def test_junit_and_results_name_the_qemu_under_test(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
-    """Each JUnit testcase carries the QEMU's version, binary and accelerator; --results-json
+    """The summary's title names the QEMU (with -q too); each JUnit testcase carries the QEMU's version, binary and accelerator; --results-json
     names it beside the outcomes and keeps the failure's text; trace.txt starts with it."""
     junit, results = tmp_path / "junit.xml", tmp_path / "results.json"
     proc = run_pytest(tmp_path, qemu_under_test, "--junitxml", str(junit), "--results-json", str(results),
                       "--trace-dir", "traces", source=CASES)  # fmt: skip
-    assert "1 failed, 1 passed" in proc.communicate(timeout=60)[0]
+    out = proc.communicate(timeout=60)[0]
+    assert "1 failed, 1 passed" in out
     xml = junit.read_text()
     version = qemu_under_test.probe.version
+    # run_pytest runs with -q, which drops the header: the summary's title names the QEMU
+    assert f"virtio-9p summary: QEMU {version} ({qemu_under_test.binary})" in out, out
     assert xml.count(f'<property name="qemu" value="{version}" />') == 2
     assert xml.count(f'<property name="qemu_binary" value="{qemu_under_test.binary}" />') == 2
     found = json.loads(results.read_text())
@@ -310,6 +313,7 @@ def test_repl_ctrl_c_abandons_the_line_not_the_session(qemu_under_test: QemuUnde
     proc = subprocess.Popen(
         [sys.executable, "-m", "harness", "repl", "--qemu-binary", str(qemu_under_test.binary)], cwd=PROJECT,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=default_signals,
     )  # fmt: skip
     assert proc.stdout is not None and proc.stdin is not None
     try:

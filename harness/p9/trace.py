@@ -11,14 +11,18 @@ A reproducer is a small text file, one message per line, fit to paste into a bug
     --> 13000000180000000000000f3f000000000000  Tgetattr(fid=0, request_mask=16383)
     <-- 07000000070000...                      Rlerror ENOENT (2)
     <== Rlerror ENOENT (2)                      (what the case expected instead)
+    # end: 7 lines, sha256 5f0c…
 
 ``python -m harness replay`` re-sends the ``-->`` lines to a fresh QEMU and reports the first reply
-that differs from its ``<--`` line, or from its ``<==`` expectation where there is one.
+that differs from its ``<--`` line, or from its ``<==`` expectation where there is one. The last
+line counts and checksums every line before it: a file cut short or altered is refused whole.
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
+import json
 import os
 import stat
 import sys
@@ -27,10 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from harness.errors import P9ProtocolError
+from harness.errors import P9ProtocolError, ReproducerError
 from harness.p9 import wire
 
 MAGIC = "# virtio9p-harness reproducer"
+END = "# end: "
+#: header values replay can make; anything else is refused, never replayed as the default
+BACKENDS = ("synth", "local")
+TRANSPORTS = ("modern", "legacy")
 
 
 class Direction(enum.StrEnum):
@@ -79,9 +87,14 @@ def write_reproducer(
         lines.append(f"{record.direction} {body}  {shown}".rstrip())
         if expected and index in expected:
             lines.append(f"<== {wire.describe_rlerror(expected[index])}")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    lines.append(_end_line(lines))
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _end_line(lines: list[str]) -> str:
+    digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    return f"{END}{len(lines)} lines, sha256 {digest}"
 
 
 @dataclass(frozen=True)
@@ -204,13 +217,31 @@ def _own(path: Path, entry: Mapping[str, object]) -> None:
 
 
 def read_reproducer(path: Path) -> tuple[dict[str, str], list[Step]]:
-    text = path.read_text().splitlines()
+    """The header and the steps of a whole reproducer; :class:`ReproducerError` (one line) for a
+    file that is none, is cut or altered (its end line), or names what replay cannot make."""
+    try:
+        text = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ReproducerError(f"cannot read {path}: {err}") from err
     if not text or text[0] != MAGIC:
-        raise P9ProtocolError(f"{path} is not a virtio9p-harness reproducer (first line {text[:1]})")
+        raise ReproducerError(f"{path} is not a virtio9p-harness reproducer (first line {text[:1]})")
+    if not text[-1].startswith(END):
+        raise ReproducerError(f"{path} is cut short: its last line is not the '{END.strip()}' line")
+    if text[-1] != _end_line(text[:-1]):
+        raise ReproducerError(f"{path} was cut or changed after it was written: its end line does not match")
+    try:
+        header, steps = _parse(text[1:-1])
+    except (P9ProtocolError, ValueError, IndexError) as err:
+        raise ReproducerError(f"{path}: {err}") from err
+    _check_header(header)
+    return header, steps
+
+
+def _parse(lines: list[str]) -> tuple[dict[str, str], list[Step]]:
     header: dict[str, str] = {}
     steps: list[Step] = []
     last_answered = -1
-    for number, line in enumerate(text[1:], start=2):
+    for number, line in enumerate(lines, start=2):
         if line.startswith("# ") and ": " in line:
             key, value = line[2:].split(": ", 1)
             header[key] = value
@@ -228,5 +259,17 @@ def read_reproducer(path: Path) -> tuple[dict[str, str], list[Step]]:
             at = last_answered
             steps[at] = Step(steps[at].request, steps[at].reply, code, steps[at].in_line)
         elif line.strip() and not line.startswith("#"):
-            raise P9ProtocolError(f"{path}:{number}: cannot read {line[:60]!r}")
+            raise P9ProtocolError(f"line {number}: cannot read {line[:60]!r}")
     return header, steps
+
+
+def _check_header(header: dict[str, str]) -> None:
+    for key, known in (("backend", BACKENDS), ("transport", TRANSPORTS)):
+        if header.get(key, known[0]) not in known:
+            raise ReproducerError(f"its {key} is {header[key]!r}; replay knows {', '.join(known)}")
+    try:
+        files = json.loads(header.get("host-files", "[]"))
+    except ValueError as err:
+        raise ReproducerError(f"its host-files line is not JSON: {err}") from err
+    if not isinstance(files, list) or not all(isinstance(f, dict) and "path" in f for f in files):
+        raise ReproducerError("its host-files line is not a list of files")

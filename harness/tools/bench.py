@@ -63,8 +63,12 @@ def stats(samples: Sequence[float]) -> tuple[float, float, float, float]:
 
 
 def machine_config(binary: Path, fs: FsConfig, transport: Transport = "modern") -> MachineConfig:
-    """The benches' machines: 512 MiB of RAM for msize up to 4 MiB in flight."""
-    return provision.usable_config(binary, fs, transport, ram_mib=512)[0]
+    """The benches' machines: 512 MiB of RAM for msize up to 4 MiB in flight. A synth bench on a
+    binary without the synth test tree is refused here, by name, not by an Rlerror later."""
+    config, found = provision.usable_config(binary, fs, transport, ram_mib=512)
+    if fs.kind == "synth" and not found.synth_tree:
+        raise ProvisionError(f"{binary} has no qtest accelerator, so no synth test tree, which this bench reads")
+    return config
 
 
 # -- rtt ------------------------------------------------------------------------------------------
@@ -446,7 +450,7 @@ def bench_suite(explicit: str | None, rounds: int) -> int:
     binary, _ = provision.find_qemu(explicit)
     qos_test = provision.qos_test_for(binary)
     if qos_test is None:
-        raise ProvisionError(f"no qos-test beside {binary}: run `python -m harness qemu build --with-qos-test`")
+        raise ProvisionError(f"no qos-test beside {binary}: `python -m harness qemu build` builds it beside every QEMU")
     wrapper = firmware_wrapper(binary)
     only = [arg for name in QEMU_72_CASES for arg in ("-p", f"{QOS_PREFIX}/{name}")]
     names = " or ".join(f"{name}]" for name in QEMU_72_CASES)  # the ids end in the path

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+from typing import Any
 
 from harness.errors import HarnessError, ProvisionError
 
@@ -26,7 +28,6 @@ def main(argv: list[str] | None = None) -> int:
     which = build.add_mutually_exclusive_group()
     which.add_argument("origin", nargs="?", default=None, help=f"a Debian suite: {origins}")
     which.add_argument("--source", metavar="DIR|TARBALL", help="a QEMU source tree or tarball of your own")
-    build.add_argument("--with-qos-test", action="store_true", help="(always done now; kept for old scripts)")
     kind = build.add_mutually_exclusive_group()
     kind.add_argument("--gcov", action="store_true", help="with coverage counters (configure --enable-gcov)")
     kind.add_argument(
@@ -143,6 +144,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "repl":
         from harness.tools.repl import repl as run_repl
 
+        if args.export and args.backend != "local":
+            raise HarnessError("--export names the directory of --backend local; the synth backend exports none")
         binary, _ = provision.find_qemu(args.qemu_binary)
         return run_repl(binary, args.backend, args.export, args.transport)
     if args.command == "matrix":
@@ -154,8 +157,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         builds = [str(b.binary) for b in cached] if args.builds else []
         return run_matrix([*args.qemu, *builds], [arg for arg in args.selection if arg != "--"])
     if args.command == "replay":
-        from pathlib import Path
-
         from harness.tools.replay import replay as run_replay
 
         return run_replay(Path(args.file), args.qemu_binary, find_fix=args.find_fix)
@@ -210,23 +211,35 @@ def _bench(args: argparse.Namespace) -> int:
 
     names = (args.qemu or []) + ([args.qemu_binary] if args.qemu_binary else [])
     binaries = [provision.find_qemu(name)[0] for name in names] or [provision.find_qemu()[0]]
-    tables = []
+    tables, measured, failed = [], [], []
     for binary in binaries:
-        if args.bench == "rtt":
-            tables.append(bench.rtt_table(binary, args.transport, args.seconds))
-        elif args.bench == "readdir":
-            sizes = args.files or ([20, 200] if args.quick else [2000, 10000, 100000])  # given sizes win
-            msizes = args.msize or ([8192] if args.quick else [8192, 1 << 20])
-            counts = args.count or [2048]
-            tables.append(bench.readdir_table(binary, sizes, msizes, 2 if args.quick else args.runs, counts))
-        else:
-            msizes = args.msize or (
-                [8192, 1 << 20] if args.quick else [8192, 128 << 10, 512 << 10, 1 << 20, 2 << 20, 4186112]
-            )
-            paths = ["resident", "through qtest"] if args.through_qtest or args.quick else ["resident"]
-            tables.append(bench.io_table(binary, (2 if args.quick else args.size) << 20, msizes, paths))
-    bench.present(tables, binaries, args.json, args.plot)
+        try:
+            tables.append(_bench_one(args, binary))
+            measured.append(binary)
+        except HarnessError as err:  # one binary failing loses no other binary's results
+            failed.append(binary)
+            print(f"bench {args.bench} on {binary} failed: {err}", file=sys.stderr)
+    if tables:
+        bench.present(tables, measured, args.json, args.plot)
+    if failed:
+        print(f"no results for {', '.join(map(str, failed))} (above: why)", file=sys.stderr)
+        return 1
     return 0
+
+
+def _bench_one(args: argparse.Namespace, binary: Path) -> Any:
+    from harness.tools import bench
+
+    if args.bench == "rtt":
+        return bench.rtt_table(binary, args.transport, args.seconds)
+    if args.bench == "readdir":
+        sizes = args.files or ([20, 200] if args.quick else [2000, 10000, 100000])  # given sizes win
+        msizes = args.msize or ([8192] if args.quick else [8192, 1 << 20])
+        counts = args.count or [2048]
+        return bench.readdir_table(binary, sizes, msizes, 2 if args.quick else args.runs, counts)
+    msizes = args.msize or ([8192, 1 << 20] if args.quick else [8192, 128 << 10, 512 << 10, 1 << 20, 2 << 20, 4186112])
+    paths = ["resident", "through qtest"] if args.through_qtest or args.quick else ["resident"]
+    return bench.io_table(binary, (2 if args.quick else args.size) << 20, msizes, paths)
 
 
 if __name__ == "__main__":

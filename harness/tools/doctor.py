@@ -1,4 +1,9 @@
-"""``python -m harness doctor``: what the harness finds, as a table."""
+"""``python -m harness doctor``: what the harness finds, as a table, whatever it finds.
+
+Exit status, one per meaning: **0** a QEMU the whole suite can run on (qtest accelerator, synth
+test tree); **1** a degraded one (no qtest accelerator: the cases that need the synth tree skip);
+**2** no usable QEMU (none found, not a QEMU, or one without virtio-9p).
+"""
 
 from __future__ import annotations
 
@@ -31,31 +36,20 @@ def _synth_tree(binary: Path, accel: str) -> str:
         return f"no ({str(err).splitlines()[0]})"
 
 
+OK, DEGRADED, UNUSABLE = 0, 1, 2
+VERDICT = {OK: "yes", DEGRADED: "degraded: no qtest accelerator, so no synth test tree", UNUSABLE: "no"}
+
+
 def doctor(explicit: str | None) -> int:
     rows: list[tuple[str, str]] = []
+    status = UNUSABLE
     try:
         binary, source = provision.find_qemu(explicit)
     except HarnessError as err:
         rows.append(("QEMU binary", f"none: {err}"))
-        binary = None
-    status = 0
-    if binary is not None:
-        rows.append(("QEMU binary", f"{binary} (from {source})"))
-        found = provision.probe(binary)
-        rows += [
-            ("QEMU version", found.version),
-            (
-                "qtest accelerator",
-                _yes(found.qtest_accel) + ("" if found.qtest_accel else " (degraded: -accel tcg -S)"),
-            ),
-            ("-qtest option", _yes(found.qtest_option)),
-            ("virtio-9p-pci", _yes(found.virtio_9p_pci)),
-            ("synth test tree", _synth_tree(binary, found.accel) if found.usable else "no (binary unusable)"),
-            ("qos-test beside it", str(provision.qos_test_for(binary) or "no")),
-        ]
-        status = 0 if found.usable else 1
     else:
-        status = 1
+        rows.append(("QEMU binary", f"{binary} (from {source})"))
+        status = _qemu_rows(binary, rows)
     for directory in provision.FIRMWARE_DIRS:
         rows.append((f"firmware {directory}", _yes(directory.is_dir())))
     rows.append(("bios-256k.bin", _yes((provision.FIRMWARE_DIRS[0] / "bios-256k.bin").is_file())))
@@ -70,5 +64,26 @@ def doctor(explicit: str | None) -> int:
     for build in qemu_build.builds(provision.cache_root()):
         default = " (the default)" if build.origin == qemu_build.DEFAULT_ORIGIN else ""
         rows.append((f"cached build {build.origin}{default}", f"QEMU {build.version}: {build.binary}"))
+    rows.append(("usable for the whole suite", VERDICT[status]))
     print(tabulate(rows, headers=("item", "found"), tablefmt="github"))
     return status
+
+
+def _qemu_rows(binary: Path, rows: list[tuple[str, str]]) -> int:
+    """Add what the probe finds to ``rows``; the exit status it means."""
+    try:
+        found = provision.probe(binary)
+    except HarnessError as err:
+        rows.append(("QEMU", f"not usable: {str(err).splitlines()[0]}"))
+        return UNUSABLE
+    rows += [
+        ("QEMU version", found.version),
+        ("qtest accelerator", _yes(found.qtest_accel) + ("" if found.qtest_accel else " (degraded: -accel tcg -S)")),
+        ("-qtest option", _yes(found.qtest_option)),
+        ("virtio-9p-pci", _yes(found.virtio_9p_pci)),
+        ("synth test tree", _synth_tree(binary, found.accel) if found.usable else "no (binary unusable)"),
+        ("qos-test beside it", str(provision.qos_test_for(binary) or "no")),
+    ]
+    if not found.usable:
+        return UNUSABLE
+    return OK if found.qtest_accel and rows[-2][1].startswith("yes") else DEGRADED

@@ -47,9 +47,9 @@ def report(binary: Path, transport: str, write: bool) -> int:
             else:
                 malformed.cleanup(session, blocker, outcome)
             outcomes[entry.name] = outcome
-            found = malformed.expected(entry.name, version, recordings)
-            known = f"{malformed.as_seen_on(transport, found[0])} ({found[1]})" if found else ""
-            same = "" if not found else "yes" if malformed.as_seen_on(transport, found[0]) == outcome else "NO"
+            wanted = malformed.expected(entry.name, version, recordings)
+            known = f"{malformed.as_seen_on(transport, wanted[0])} ({wanted[1]})" if wanted else ""
+            same = "" if not wanted else "yes" if malformed.as_seen_on(transport, wanted[0]) == outcome else "NO"
             rows.append((entry.name, entry.what, outcome, known, same))
     finally:
         machine.shutdown()

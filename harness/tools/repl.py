@@ -8,8 +8,10 @@
 Messages by name with keyword fields (Python literals); the obvious fields have defaults (a new
 fid for ``newfid``, NOFID for ``afid``, all of Tgetattr's mask, a count that fills msize); Tab
 completes names and fields; ``tag=N`` picks the tag. ``help Twalk`` lists a message's fields and
-types. ``raw HEX`` sends any bytes; ``save FILE`` writes the session so far as a reproducer that
-``python -m harness replay`` accepts. ``fids``, ``trace``, ``quit``; Ctrl-C abandons the line.
+types; a value must be of its field's type (``wnames='a'`` is refused: Names is a list). ``raw HEX``
+sends any bytes; ``reset`` resets the device and starts a new session (after a frame that broke
+it); ``save FILE`` writes the session so far as a reproducer that ``python -m harness replay``
+accepts (into an existing directory). ``fids``, ``trace``, ``quit``; Ctrl-C abandons the line.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import inspect
 import re
 import shutil
 import tempfile
+import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,15 +56,43 @@ def fields_of(name: str) -> list[str]:
     return list(wire.lookup(name).field_names())
 
 
+def wrong_type(name: str, field: str, value: Any) -> str | None:
+    """Why ``value`` cannot go in ``field`` of message ``name`` (its annotation in the message
+    table says what it takes), or None."""
+    cls = wire.lookup(name)
+    hint = typing.get_type_hints(cls, include_extras=True)[field]
+    wanted = typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
+    kind = str(inspect.get_annotations(cls).get(field, wanted))
+    if wanted is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        example = "a number"
+    elif wanted is str:
+        ok, example = isinstance(value, str), "a string: 'name'"
+    elif wanted is bytes:
+        ok, example = isinstance(value, bytes), "bytes: b'data'"
+    elif typing.get_origin(wanted) is list and typing.get_args(wanted) == (str,):
+        ok = isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+        example = "a list of strings: ['a', 'b']"
+    else:
+        return None  # records (qids, stats) are the server's to send; taken as given
+    return None if ok else f"{field} is {kind}, {example}; got {value!r}"
+
+
 class Repl(cmd.Cmd):
     prompt = "9p> "
-    intro = "9P2000.L over virtio-9p: a message (Tab completes; help Twalk), raw HEX, save FILE, fids, trace, quit."
+    intro = (
+        "9P2000.L over virtio-9p: a message (Tab completes; help Twalk), raw HEX, reset, save FILE, fids, trace, quit."
+    )
 
-    def __init__(self, session: Session, header: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, session: Session, header: dict[str, str] | None = None, reset: Callable[[], Session] | None = None
+    ) -> None:
         super().__init__()
         self.session = session
         #: what ``save`` writes at the top of a reproducer (backend, transport, the QEMU)
         self.header = header or {}
+        #: resets the device and returns a new, attached session
+        self.reset = reset
 
     def cmdloop(self, intro: Any = None) -> None:
         """As cmd's, but Ctrl-C abandons the line being typed instead of leaving."""
@@ -100,6 +132,10 @@ class Repl(cmd.Cmd):
             missing = [f for f in known if f not in fields]
             if missing:
                 print(f"{name} needs {', '.join(missing)}: {signature(name)}")
+                return
+            wrong = [why for f in known if (why := wrong_type(name, f, fields[f]))]
+            if wrong:
+                print(f"error: {'; '.join(wrong)}")
                 return
             request = wire.lookup(name)(**fields)
             assert isinstance(request, wire.TMessage)
@@ -150,8 +186,28 @@ class Repl(cmd.Cmd):
         if not arg.strip():
             print("save needs a file name")
             return
-        path = write_reproducer(Path(arg.strip()), self.session.history, {"case": "repl", **self.header})
+        path = Path(arg.strip())
+        if not path.parent.is_dir():
+            print(f"error: {path.parent} is not a directory (save makes none)")
+            return
+        try:
+            write_reproducer(path, self.session.history, {"case": "repl", **self.header})
+        except OSError as err:
+            print(f"error: {err}")
+            return
         print(f"wrote {path}; replay it with python -m harness replay {path}")
+
+    def do_reset(self, arg: str) -> None:
+        """reset: reset the device (what a frame that broke it asks for) and attach a new session"""
+        if self.reset is None:
+            print("error: this REPL has no device to reset")
+            return
+        try:
+            self.session = self.reset()
+        except HarnessError as err:
+            print(f"error: {err}")
+            return
+        print(f"device reset; new session, msize {self.session.msize}, root attached as fid 0")
 
     def do_fids(self, arg: str) -> None:
         """fids: the fids this session holds"""
@@ -168,7 +224,11 @@ class Repl(cmd.Cmd):
     do_EOF = do_quit
 
     def completenames(self, text: str, *ignored: Any) -> list[str]:
-        return [name for name in [*REQUESTS, "raw", "fids", "trace", "save", "help", "quit"] if name.startswith(text)]
+        return [
+            name
+            for name in [*REQUESTS, "raw", "fids", "trace", "save", "reset", "help", "quit"]
+            if name.startswith(text)
+        ]
 
     def completedefault(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
         name = line.split()[0]
@@ -199,7 +259,15 @@ def repl(binary: Path, backend: str, export: str | None, transport: str) -> int:
             if isinstance(fs, LocalFs):
                 kept = "removed when you quit" if scratch else "yours: left as it is"
                 print(f"exporting {fs.path} ({fs.security_model}; {kept})")
-            Repl(conn.session, header).cmdloop()
+
+            def reset() -> Session:
+                conn.channel.reset()
+                conn.session = Session(conn.channel)
+                conn.session.version(8192)
+                conn.session.attach(0)
+                return conn.session
+
+            Repl(conn.session, header, reset).cmdloop()
             conn.session.close(check=False)
     finally:
         if scratch:

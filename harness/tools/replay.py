@@ -8,8 +8,10 @@ verdict a ``git bisect run`` can use, one meaning whatever the case was:
   QEMU dead (as recorded or not). The bug is there.
 - **125** this binary cannot test it: not QEMU, not usable, without the synth test tree the
   reproducer needs, or QEMU refusing the recorded configuration.
-- **255** the reproducer cannot be read (missing, not a reproducer, a bad line): nothing to judge,
-  and ``git bisect run`` stops rather than mark commits.
+- **255** nothing to judge: the reproducer cannot be read (missing, not a reproducer, cut short or
+  altered since it was written, a backend, transport or host file replay cannot make), or it holds
+  no expectation replay can check. One line says why; ``git bisect run`` stops rather than mark
+  commits.
 
 Replies are compared as decoded messages: on the local backend, values the host decides (qid
 paths and versions, times, inode numbers, block counts, directory offsets) are left out.
@@ -26,7 +28,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.errors import HarnessError, P9ProtocolError, ProvisionError, QEMUError, QEMUStartError, QTestError
+from harness.errors import (
+    HarnessError,
+    P9ProtocolError,
+    ProvisionError,
+    QEMUError,
+    QEMUStartError,
+    QTestError,
+    ReproducerError,
+)
 from harness.errors import describe_status as describe_exit
 from harness.p9 import wire
 from harness.p9.messages import Rerror, Rlerror
@@ -37,6 +47,9 @@ from harness.qemu.machine import FsConfig, LocalFs, MachineConfig, SynthFs
 from harness.tools.connect import Connection, connect
 
 ABSENT, PRESENT, UNTESTABLE, UNREADABLE = 0, 1, 125, 255
+#: how long a request unanswered when recorded must stay unanswered (a blocked synth request: the
+#: server answers those within milliseconds when it does)
+UNANSWERED_WAIT = 0.5
 #: fields whose values the host filesystem decides, not the server: left out on local
 HOST_DECIDED = {"path", "version", "offset", "blocks", "bfree", "bavail", "files", "ffree", "fsid", "blksize", "ino",
                 "atime_sec", "atime_nsec", "mtime_sec", "mtime_nsec", "ctime_sec", "ctime_nsec", "btime_sec",
@@ -91,8 +104,9 @@ def _comparable(frame: bytes, local: bool) -> Any:
     return (message.NAME, strip(fields))
 
 
-def _differs(step: Step, frame: bytes | None, local: bool) -> str | None:
-    """Why this reply breaks the expectation, or None."""
+def _differs(step: Step, frame: bytes | None, local: bool, died: bool) -> str | None:
+    """Why this reply breaks the expectation, or None. A request unanswered when recorded must stay
+    unanswered, unless QEMU had died then (any answer will do: it is the death that is judged)."""
     if frame is None:
         return "no reply (QEMU hangs on it)" if step.reply is not None or step.expected_errno is not None else None
     if step.expected_errno is not None:
@@ -100,7 +114,7 @@ def _differs(step: Step, frame: bytes | None, local: bool) -> str | None:
             return None
         return f"expected {wire.describe_rlerror(step.expected_errno)}, got {_shown(frame)}"
     if step.reply is None:
-        return None  # unanswered when recorded (QEMU had died): any answer will do
+        return None if died else f"unanswered when recorded, now answered {_shown(frame)}"
     if _comparable(frame, local) != _comparable(step.reply, local):
         return f"recorded {_shown(step.reply)}, got {_shown(frame)}"
     return None
@@ -120,8 +134,8 @@ def replay(path: Path, explicit: str | None, timeout: float = 10.0, *, find_fix:
 def _verdict(path: Path, explicit: str | None, timeout: float) -> int:
     try:
         header, steps = read_reproducer(path)
-    except (OSError, P9ProtocolError, ValueError, UnicodeDecodeError) as err:
-        print(f"cannot read the reproducer {path}: {err}")
+    except ReproducerError as err:
+        print(f"cannot replay: {err}")
         return UNREADABLE
     if "incomplete" in header:
         print(f"cannot replay {path}: it is incomplete ({header['incomplete']})")
@@ -135,6 +149,9 @@ def _verdict(path: Path, explicit: str | None, timeout: float) -> int:
     except ProvisionError as err:
         print(f"this binary cannot test the reproducer: {err}")
         return UNTESTABLE
+    except ReproducerError as err:
+        print(f"cannot replay {path}: {err}")
+        return UNREADABLE
     print(f"QEMU under test: {binary} (from {source})")
     export = config.fs.path if isinstance(config.fs, LocalFs) else None
     try:
@@ -166,8 +183,12 @@ def _config(binary: Path, header: dict[str, str]) -> MachineConfig:
         export = Path(tempfile.mkdtemp(prefix="v9p-replay-"))
         if header.get("host-dir"):  # the case's directory, which the harness made on the host,
             home = export / Path(header["host-dir"]).name  # and what the case put there itself
-            home.mkdir()
-            restore_host(home, json.loads(header.get("host-files", "[]")))
+            try:
+                home.mkdir()
+                restore_host(home, json.loads(header.get("host-files", "[]")))
+            except (OSError, KeyError, ValueError, TypeError) as err:
+                shutil.rmtree(export, ignore_errors=True)
+                raise ReproducerError(f"its host files cannot be made again: {type(err).__name__}: {err}") from err
         fs = LocalFs(export, security_model=model, extra=tuple(options.items()))  # type: ignore[arg-type]
     else:
         fs = SynthFs()
@@ -200,28 +221,35 @@ def _replay(path: Path, header: dict[str, str], steps: list[Step], config: Machi
 def _judge(conn: Connection, steps: list[Step], local: bool, recorded_death: str | None, timeout: float) -> int:
     deferred: list[tuple[int, Step, Pending[Any]]] = []
     index = 0
+    died = recorded_death is not None
     try:
         for index, step in enumerate(steps, start=1):
             pending = conn.session.send_raw(step.request)
             if not step.in_line:
                 deferred.append((index, step, pending))
                 continue
-            if (difference := _differs(step, _reply(pending, timeout), local)) is not None:
+            if (difference := _differs(step, _reply(pending, timeout), local, died)) is not None:
                 return _verdict_present(index, step, difference)
         for index, step, pending in deferred:
-            if (difference := _differs(step, _reply(pending, timeout), local)) is not None:
+            # a request unanswered when recorded is given a short while to stay so
+            wait = timeout if step.reply is not None or step.expected_errno is not None else UNANSWERED_WAIT
+            if (difference := _differs(step, _reply(pending, wait), local, died)) is not None:
                 return _verdict_present(index, step, difference)
         conn.session.close(check=False)
     except (QEMUError, QTestError) as err:
         status = conn.machine.exit_status
-        died = f"QEMU died: {describe_exit(status)} at request {index}"
+        death = f"QEMU died: {describe_exit(status)} at request {index}"
         same = recorded_death is not None and recorded_death.endswith(f"at request {index}")
-        print(f"{died}{', as recorded' if same else ''} ({type(err).__name__})")
+        print(f"{death}{', as recorded' if same else ''} ({type(err).__name__})")
         return PRESENT
+    unanswered = sum(1 for step in steps if step.reply is None and step.expected_errno is None)
+    counted = f"{len(steps) - unanswered} answered as expected"
+    if unanswered:
+        counted += f", {unanswered} unanswered as recorded"
     if recorded_death:
-        print(f"no difference, and QEMU lived (when recorded: {recorded_death}): all {len(steps)} answered as expected")
+        print(f"no difference, and QEMU lived (when recorded: {recorded_death}): {counted}")
     else:
-        print(f"no difference: all {len(steps)} requests answered as expected")
+        print(f"no difference: {counted}")
     return ABSENT
 
 
