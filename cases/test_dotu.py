@@ -19,8 +19,9 @@ from fixtures.expect import UnexpectedReply, expect_rlerror
 from fixtures.place import Place
 from harness.errors import P9ProtocolError, P9Rlerror, QEMUExited
 from harness.p9 import wire
-from harness.p9.messages import Rerror, Rlerror, Stat, Tcreate, Tread, Tstat, Twalk
+from harness.p9.messages import Rerror, Rlerror, Tcreate, Tread, Tstat, Twalk
 from harness.p9.session import Session
+from harness.p9.wire import Stat
 from harness.qemu import versions
 
 DOTU = pytest.mark.fsdev(security_model="passthrough", multidevs="warn")

@@ -9,7 +9,8 @@ import stat
 from fixtures.case_path import case_path
 from fixtures.place import Place
 from harness.p9 import wire
-from harness.p9.messages import Qid, Tmknod
+from harness.p9.messages import Tmknod
+from harness.p9.wire import Qid
 
 
 def mknod(place: Place, name: str, mode: int, major: int = 0, minor: int = 0) -> Qid:

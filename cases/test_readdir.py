@@ -17,8 +17,9 @@ from fixtures.expect import expect_rlerror
 from fixtures.place import Place
 from fixtures.pool import Device
 from harness.p9 import wire
-from harness.p9.messages import Dirent, Rreaddir, Tclunk, Twalk
+from harness.p9.messages import Rreaddir, Tclunk, Twalk
 from harness.p9.session import Session
+from harness.p9.wire import Dirent
 from synth_tree import READDIR_DIR, Node, readdir_dir
 
 #: Walks in flight at once when checking a listing's qids (two descriptors each: 64 ring slots).

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import errno as _errno
 import os
+import time
 from collections.abc import Sequence
 
 
@@ -173,6 +174,8 @@ class P9Rlerror(P9Error):
     def __init__(self, request: str, errno: int, reply: str | None = None) -> None:
         self.request = request
         self.errno = errno
+        #: when it was raised (time.monotonic, the sessions' clock): a reproducer finds the reply by it
+        self.at = time.monotonic()
         self.reply = reply or f"Rlerror {errno_name(errno)} ({errno})"
         super().__init__(f"{request} -> {self.reply}: {os.strerror(errno)}")
 

@@ -93,3 +93,15 @@ def test_no_recording_with_the_fixes_of_a_version_is_said() -> None:
     recorded = {"7.2.22": {"Tlock/size_larger": "Rlock"}}
     assert malformed.expected("Tlock/size_larger", "11.0.3", recorded) is None
     assert malformed.expected("Tlock/size_larger", "11.0.2", recorded) == ("Rlock", "7.2.22")
+
+
+def test_every_fid_field_of_a_request_is_declared_as_one() -> None:
+    """The catalogue reads a field's role from its declaration: a request whose fid is a bare U32
+    would be sent 0 where a fid belongs, so a new message must say what its numbers are."""
+    for defn in wire.requests():
+        for name in defn.field_names():
+            if name.endswith(("fid", "dirfd")):
+                assert wire.role(defn, name) is not None, f"{defn.NAME}.{name}: declare it Fid, OpenFid or NewFid"
+    assert wire.role(wire.lookup("Tread"), "fid") is wire.Role.OPEN_FID
+    assert wire.role(wire.lookup("Twalk"), "newfid") is wire.Role.NEWFID
+    assert malformed.example_fields(wire.lookup("Tread")) == {"fid": malformed.OPEN_FID, "offset": 0, "count": 64}

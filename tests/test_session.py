@@ -13,7 +13,6 @@ from harness.errors import LeakError, P9ProtocolError, P9Rlerror, P9StateError, 
 from harness.p9 import wire
 from harness.p9.channel import Completion, Request
 from harness.p9.messages import (
-    Qid,
     Rattach,
     Rclunk,
     Rflush,
@@ -29,6 +28,7 @@ from harness.p9.messages import (
     Twalk,
 )
 from harness.p9.session import Session, State
+from harness.p9.wire import Qid
 from harness.virtio.guestmem import Region
 from harness.virtio.virtqueue import Buffer
 

@@ -288,8 +288,9 @@ def test_live_trace_prints_every_message(tmp_path: Path, qemu_under_test: QemuUn
 
 
 def test_junit_and_results_name_the_qemu_under_test(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
-    """The summary's title names the QEMU (with -q too); each JUnit testcase carries the QEMU's version, binary and accelerator; --results-json
-    names it beside the outcomes and keeps the failure's text; trace.txt starts with it."""
+    """The summary's title names the QEMU (with -q too); each JUnit testcase carries the QEMU's
+    version, binary and accelerator; --results-json names it beside the outcomes and keeps the
+    failure's text; trace.txt starts with it."""
     junit, results = tmp_path / "junit.xml", tmp_path / "results.json"
     proc = run_pytest(tmp_path, qemu_under_test, "--junitxml", str(junit), "--results-json", str(results),
                       "--trace-dir", "traces", source=CASES)  # fmt: skip
@@ -359,3 +360,95 @@ def test_a_failure_outside_the_replies_is_not_judged(tmp_path: Path, qemu_under_
     done = harness("replay", str(reproducer), "--qemu-binary", str(qemu_under_test.binary))
     assert done.returncode == 255, done.stdout + done.stderr
     assert "pytest cases/ -k synth/tools/host_check --runxfail" in done.stdout
+
+
+CHECKED_THEN_CLEANED = textwrap.dedent(
+    """
+    import errno
+    from fixtures.case_path import case_path
+    from fixtures.expect import expect_rlerror
+
+    @case_path("tools/checked_then_cleaned", backends=["synth"])
+    def test_checked_then_cleaned(attached):
+        try:
+            with expect_rlerror(errno.ENOENT):  # WALK0 exists: fails on purpose
+                attached.walk(0, ["WALK0"], 1)
+        finally:
+            attached.clunk(1)  # a clean-up request after the check
+    """
+)
+
+
+def test_the_expectation_sits_on_the_request_the_case_checked(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """A clean-up request after the failed check does not take the expectation: replay names the
+    Twalk the case judged, not the Tclunk after it."""
+    out, _ = run_pytest(tmp_path, qemu_under_test, source=CHECKED_THEN_CLEANED).communicate(timeout=60)
+    assert "1 failed" in out, out
+    (reproducer,) = (tmp_path / "v9p-artefacts").rglob("reproducer.9p")
+    lines = reproducer.read_text().splitlines()
+    expectation = lines.index("<== Rlerror ENOENT (2)")
+    assert "Rwalk(" in lines[expectation - 1] and "Tclunk(fid=1)" in lines[expectation + 1], lines
+    done = harness("replay", str(reproducer), "--qemu-binary", str(qemu_under_test.binary))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Twalk(fid=0, newfid=1, wnames=['WALK0'])" in done.stdout
+    assert "expected Rlerror ENOENT (2), got Rwalk(" in done.stdout and "Tclunk" not in done.stdout
+
+
+def _replay_tmp_dirs() -> set[str]:
+    return {p.name for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("v9p-replay-*")}
+
+
+def test_a_damaged_reproducer_is_never_judged(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """Cut in half, cut inside its last line, cut before a recorded death, edited, or naming a
+    backend, transport or host files replay cannot make: exit 255 with one line, no traceback, no
+    temporary directory left."""
+    from harness.p9.trace import read_reproducer, write_reproducer
+
+    proc = run_pytest(tmp_path, qemu_under_test, "--trace-dir", "traces", "-k", "tools/walks", source=CASES)
+    assert "1 passed" in proc.communicate(timeout=60)[0]
+    (good,) = (tmp_path / "traces").rglob("reproducer.9p")
+    text = good.read_text()
+    lines = text.splitlines(keepends=True)
+    header, _ = read_reproducer(good)
+    damaged = {
+        "half": ("".join(lines[: len(lines) // 2]), "cut short"),
+        "inside the last line": (text[:-20], "cut short"),
+        "without its end line": ("".join(lines[:-1]), "cut short"),
+        "edited": (text.replace("WALK0", "WALK1", 1), "cut or changed"),
+        "a death cut away": ("".join(lines[:-2]) + "# qemu-died: killed by SIGSEGV (-11) at request 9\n", "cut short"),
+    }
+    files: dict[str, tuple[Path, str]] = {}
+    for what, (content, said) in damaged.items():
+        files[what] = (tmp_path / f"{len(files)}.9p", said)
+        files[what][0].write_text(content)
+    fields = {k: v for k, v in header.items() if k != "replay"}
+    for what, (changed, said) in {
+        "backend nfs": ({"backend": "nfs"}, "its backend is 'nfs'"),
+        "transport pcie": ({"transport": "pcie"}, "its transport is 'pcie'"),
+        "host-files not JSON": ({"backend": "local", "host-dir": "d", "host-files": "[{bad"}, "not JSON"),
+    }.items():
+        path = tmp_path / f"{len(files)}.9p"
+        write_reproducer(path, [], {**fields, **changed})  # complete files, naming what replay cannot make
+        files[what] = (path, said)
+    before = _replay_tmp_dirs()
+    for what, (path, said) in files.items():
+        done = harness("replay", str(path), "--qemu-binary", str(qemu_under_test.binary))
+        assert done.returncode == 255, (what, done.stdout, done.stderr)
+        assert said in done.stdout and len(done.stdout.strip().splitlines()) == 1, (what, done.stdout)
+        assert "Traceback" not in done.stdout + done.stderr, what
+    assert _replay_tmp_dirs() <= before
+
+
+def test_a_request_unanswered_when_recorded_must_stay_unanswered(
+    tmp_path: Path, qemu_under_test: QemuUnderTest
+) -> None:
+    """A REPL session whose last request got no reply (synth FLUSH blocks until flushed) replays
+    as exactly that; the same file claiming it was answered is judged against the answer."""
+    saved = tmp_path / "blocked.9p"
+    script = "\n".join(["Twalk fid=0 newfid=1 wnames=['FLUSH']", "Tlopen fid=1 flags=1",
+                        "Twrite fid=1 offset=0 data=b'x' tag=7", f"save {saved}", "quit"])  # fmt: skip
+    done = harness("repl", "--qemu-binary", str(qemu_under_test.binary), stdin=script)
+    assert done.returncode == 0 and f"wrote {saved}" in done.stdout, done.stdout + done.stderr
+    replayed = harness("replay", str(saved), "--qemu-binary", str(qemu_under_test.binary))
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "3 answered as expected, 1 unanswered as recorded" in replayed.stdout, replayed.stdout

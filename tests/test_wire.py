@@ -11,8 +11,6 @@ from construct import FocusedSeq, FormatField, Prefixed, Struct
 from harness.errors import P9ProtocolError, errno_name
 from harness.p9 import wire
 from harness.p9.messages import (
-    Dirent,
-    Qid,
     Rattach,
     Rlerror,
     Rread,
@@ -27,6 +25,7 @@ from harness.p9.messages import (
     Twalk,
     Twrite,
 )
+from harness.p9.wire import Dirent, Qid
 
 TABLE = wire.table()
 

@@ -32,10 +32,9 @@ from harness.qemu import versions
 #: Where recorded outcomes live, one mapping per QEMU version.
 RECORDED = Path(__file__).with_name("malformed_outcomes.json")
 ROOT_FID = 0
-#: A directory fid opened by prepare(), for the messages that need an open fid (an unopened one
+#: A directory fid opened by prepare(), for the fields declared ``OpenFid`` (an unopened one
 #: would only repeat the lock/unopened_fid crash).
 OPEN_FID = 1
-NEEDS_OPEN = frozenset({"Tlock", "Tgetlock", "Tread", "Twrite", "Treaddir", "Tfsync"})
 UNKNOWN_TYPES = (0, 1, 2, 5, 6, 99, 106, 150, 255)
 #: The fixes and changes (from :mod:`harness.qemu.versions`) that change the outcome of a message's
 #: entries: a version's expected outcome is the one recorded on a version that agrees with it on
@@ -93,29 +92,16 @@ class Malformed:
 
 
 def example_fields(message: type[wire.Message]) -> dict[str, Any]:
-    """Plausible fields: fids on the attached root, a fresh newfid, short names."""
+    """Plausible fields, by what each field is declared as (its :class:`~harness.p9.wire.Role`
+    or type): fids on the attached root (an open one where the request needs an open handle), a
+    fresh newfid, short names, a small count."""
+    by_role = {wire.Role.FID: ROOT_FID, wire.Role.OPEN_FID: OPEN_FID, wire.Role.NEWFID: 100,
+               wire.Role.COUNT: 64, wire.Role.MSIZE: 8192}  # fmt: skip
+    by_type: dict[Any, Any] = {str: "name", bytes: b"data", list[str]: ["name"]}
     fields: dict[str, Any] = {}
-    for sub in message.codec().subcons:
-        if not sub.name:
-            continue
-        if isinstance(sub.subcon, wire.StringCodec):
-            fields[sub.name] = "name"
-        elif sub.name == "fid" and message.NAME in NEEDS_OPEN:
-            fields[sub.name] = OPEN_FID
-        elif sub.name in ("fid", "dfid", "dirfd", "olddirfid", "newdirfid", "afid"):
-            fields[sub.name] = ROOT_FID
-        elif sub.name == "newfid":
-            fields[sub.name] = 100
-        elif type(sub.subcon).__name__ == "FocusedSeq":
-            fields[sub.name] = ["name"]
-        elif type(sub.subcon).__name__ == "Prefixed":
-            fields[sub.name] = b"data"
-        elif sub.name == "count":
-            fields[sub.name] = 64
-        elif sub.name == "msize":
-            fields[sub.name] = 8192
-        else:
-            fields[sub.name] = 0
+    for name in message.field_names():
+        role = wire.role(message, name)
+        fields[name] = by_role[role] if role is not None else by_type.get(wire.python_type(message, name), 0)
     return fields
 
 

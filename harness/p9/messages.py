@@ -2,7 +2,9 @@
 declaration each: the table the codec is built from.
 
 A field's annotation is its wire layout (:mod:`harness.p9.wire`): ``U32`` is ``Int32ul``,
-``String`` is ``len[2]`` + UTF-8, ``Qid`` a 13-byte record.  A request is a ``TMessage[R]``
+``String`` is ``len[2]`` + UTF-8, ``Qid`` a 13-byte record; ``Fid``, ``OpenFid``, ``NewFid``,
+``Count`` and ``Msize`` are ``U32`` with a :class:`~harness.p9.wire.Role` that says what the field
+is (the malformed catalogue reads it).  A request is a ``TMessage[R]``
 whose reply ``R`` has the next type number.  This module is data: it is long on purpose.
 """
 
@@ -18,10 +20,14 @@ from harness.p9.wire import (
     U16,
     U32,
     U64,
+    Count,
     Data,
-    Dirent,
     Dirents,
+    Fid,
+    Msize,
     Names,
+    NewFid,
+    OpenFid,
     Qid,
     Qids,
     RMessage,
@@ -32,17 +38,6 @@ from harness.p9.wire import (
     message,
     stat_bytes,
 )
-
-__all__ = [
-    "Dirent", "Qid", "Rattach", "Rauth", "Rclunk", "Rcreate", "Rerror", "Rflush", "Rfsync", "Rgetattr",
-    "Rgetlock", "Rlcreate", "Rlerror", "Rlink", "Rlock", "Rlopen", "Rmkdir", "Rmknod", "Ropen", "Rread",
-    "Rreaddir", "Rreadlink", "Rremove", "Rrename", "Rrenameat", "Rsetattr", "Rstat", "Rstatfs", "Rsymlink",
-    "Runlinkat", "Rversion", "Rwalk", "Rwrite", "Rwstat", "Rxattrcreate", "Rxattrwalk", "Stat", "Tattach",
-    "Tauth", "Tclunk", "Tcreate", "Tflush", "Tfsync", "Tgetattr", "Tgetlock", "Tlcreate", "Tlink", "Tlock",
-    "Tlopen", "Tmkdir", "Tmknod", "Topen", "Tread", "Treaddir", "Treadlink", "Tremove", "Trename",
-    "Trenameat", "Tsetattr", "Tstat", "Tstatfs", "Tsymlink", "Tunlinkat", "Tversion", "Twalk", "Twrite",
-    "Twstat", "Txattrcreate", "Txattrwalk",
-]  # fmt: skip
 
 
 @message(7)
@@ -55,7 +50,7 @@ class Rlerror(RMessage):
 
 @message(8)
 class Tstatfs(TMessage["Rstatfs"]):
-    fid: U32
+    fid: Fid
 
 
 @message(9)
@@ -73,7 +68,7 @@ class Rstatfs(RMessage):
 
 @message(12)
 class Tlopen(TMessage["Rlopen"]):
-    fid: U32
+    fid: Fid
     flags: U32
 
 
@@ -85,7 +80,7 @@ class Rlopen(RMessage):
 
 @message(14)
 class Tlcreate(TMessage["Rlcreate"]):
-    fid: U32
+    fid: Fid
     name: String
     flags: U32
     mode: U32
@@ -100,7 +95,7 @@ class Rlcreate(RMessage):
 
 @message(16)
 class Tsymlink(TMessage["Rsymlink"]):
-    fid: U32
+    fid: Fid
     name: String
     symtgt: String
     gid: U32
@@ -113,7 +108,7 @@ class Rsymlink(RMessage):
 
 @message(18)
 class Tmknod(TMessage["Rmknod"]):
-    dfid: U32
+    dfid: Fid
     name: String
     mode: U32
     major: U32
@@ -128,8 +123,8 @@ class Rmknod(RMessage):
 
 @message(20)
 class Trename(TMessage["Rrename"]):
-    fid: U32
-    dfid: U32
+    fid: Fid
+    dfid: Fid
     name: String
 
 
@@ -140,7 +135,7 @@ class Rrename(RMessage):
 
 @message(22)
 class Treadlink(TMessage["Rreadlink"]):
-    fid: U32
+    fid: Fid
 
 
 @message(23)
@@ -150,7 +145,7 @@ class Rreadlink(RMessage):
 
 @message(24)
 class Tgetattr(TMessage["Rgetattr"]):
-    fid: U32
+    fid: Fid
     request_mask: U64
 
 
@@ -180,7 +175,7 @@ class Rgetattr(RMessage):
 
 @message(26)
 class Tsetattr(TMessage["Rsetattr"]):
-    fid: U32
+    fid: Fid
     valid: U32
     mode: U32 = 0
     uid: U32 = 0
@@ -199,8 +194,8 @@ class Rsetattr(RMessage):
 
 @message(30)
 class Txattrwalk(TMessage["Rxattrwalk"]):
-    fid: U32
-    newfid: U32
+    fid: Fid
+    newfid: NewFid
     name: String
 
 
@@ -211,7 +206,7 @@ class Rxattrwalk(RMessage):
 
 @message(32)
 class Txattrcreate(TMessage["Rxattrcreate"]):
-    fid: U32
+    fid: Fid
     name: String
     attr_size: U64
     flags: U32
@@ -224,9 +219,9 @@ class Rxattrcreate(RMessage):
 
 @message(40)
 class Treaddir(TMessage["Rreaddir"]):
-    fid: U32
+    fid: OpenFid
     offset: U64
-    count: U32
+    count: Count
 
 
 @message(41)
@@ -236,7 +231,7 @@ class Rreaddir(RMessage):
 
 @message(50)
 class Tfsync(TMessage["Rfsync"]):
-    fid: U32
+    fid: OpenFid
     datasync: U32 = 0
 
 
@@ -247,7 +242,7 @@ class Rfsync(RMessage):
 
 @message(52)
 class Tlock(TMessage["Rlock"]):
-    fid: U32
+    fid: OpenFid
     type: U8
     flags: U32
     start: U64
@@ -263,7 +258,7 @@ class Rlock(RMessage):
 
 @message(54)
 class Tgetlock(TMessage["Rgetlock"]):
-    fid: U32
+    fid: OpenFid
     type: U8
     start: U64
     length: U64
@@ -282,8 +277,8 @@ class Rgetlock(RMessage):
 
 @message(70)
 class Tlink(TMessage["Rlink"]):
-    dfid: U32
-    fid: U32
+    dfid: Fid
+    fid: Fid
     name: String
 
 
@@ -294,7 +289,7 @@ class Rlink(RMessage):
 
 @message(72)
 class Tmkdir(TMessage["Rmkdir"]):
-    dfid: U32
+    dfid: Fid
     name: String
     mode: U32
     gid: U32
@@ -307,9 +302,9 @@ class Rmkdir(RMessage):
 
 @message(74)
 class Trenameat(TMessage["Rrenameat"]):
-    olddirfid: U32
+    olddirfid: Fid
     oldname: String
-    newdirfid: U32
+    newdirfid: Fid
     newname: String
 
 
@@ -320,7 +315,7 @@ class Rrenameat(RMessage):
 
 @message(76)
 class Tunlinkat(TMessage["Runlinkat"]):
-    dirfd: U32
+    dirfd: Fid
     name: String
     flags: U32
 
@@ -332,7 +327,7 @@ class Runlinkat(RMessage):
 
 @message(100)
 class Tversion(TMessage["Rversion"]):
-    msize: U32
+    msize: Msize
     version: String
 
 
@@ -344,7 +339,7 @@ class Rversion(RMessage):
 
 @message(102)
 class Tauth(TMessage["Rauth"]):
-    afid: U32
+    afid: Fid
     uname: String
     aname: String
     n_uname: U32
@@ -357,8 +352,8 @@ class Rauth(RMessage):
 
 @message(104)
 class Tattach(TMessage["Rattach"]):
-    fid: U32
-    afid: U32
+    fid: Fid
+    afid: Fid
     uname: String
     aname: String
     n_uname: U32
@@ -389,8 +384,8 @@ class Rflush(RMessage):
 
 @message(110)
 class Twalk(TMessage["Rwalk"]):
-    fid: U32
-    newfid: U32
+    fid: Fid
+    newfid: NewFid
     wnames: Names
 
 
@@ -404,7 +399,7 @@ class Topen(TMessage["Ropen"]):
     """9P2000.u's open: ``mode`` is one of OREAD, OWRITE, ORDWR, OEXEC with OTRUNC, ORCLOSE,
     OAPPEND or QEMU's OEXCL (:mod:`harness.p9.wire` names them)."""
 
-    fid: U32
+    fid: Fid
     mode: U8
 
 
@@ -419,7 +414,7 @@ class Tcreate(TMessage["Rcreate"]):
     """9P2000.u's create: ``perm`` carries DMDIR, DMSYMLINK, DMDEVICE... and the permission
     bits, ``extension`` a symlink's target, a device's ``"c 1 3"``, a hard link's fid."""
 
-    fid: U32
+    fid: Fid
     name: String
     perm: U32
     mode: U8
@@ -434,9 +429,9 @@ class Rcreate(RMessage):
 
 @message(116)
 class Tread(TMessage["Rread"]):
-    fid: U32
+    fid: OpenFid
     offset: U64
-    count: U32
+    count: Count
 
 
 @message(117)
@@ -446,7 +441,7 @@ class Rread(RMessage):
 
 @message(118)
 class Twrite(TMessage["Rwrite"]):
-    fid: U32
+    fid: OpenFid
     offset: U64
     data: Data
 
@@ -458,7 +453,7 @@ class Rwrite(RMessage):
 
 @message(120)
 class Tclunk(TMessage["Rclunk"]):
-    fid: U32
+    fid: Fid
 
 
 @message(121)
@@ -468,7 +463,7 @@ class Rclunk(RMessage):
 
 @message(122)
 class Tremove(TMessage["Rremove"]):
-    fid: U32
+    fid: Fid
 
 
 @message(123)
@@ -478,7 +473,7 @@ class Rremove(RMessage):
 
 @message(124, dialect=DOTU)
 class Tstat(TMessage["Rstat"]):
-    fid: U32
+    fid: Fid
 
 
 @message(125)
@@ -491,7 +486,7 @@ class Rstat(RMessage):
 
 @message(126, dialect=DOTU)
 class Twstat(TMessage["Rwstat"]):
-    fid: U32
+    fid: Fid
     nstat: U16
     stat: Stat
 

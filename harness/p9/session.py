@@ -46,7 +46,6 @@ from harness.p9.messages import (
     Rwalk,
     Rwrite,
     Rwstat,
-    Stat,
     Tattach,
     Tclunk,
     Tcreate,
@@ -71,7 +70,7 @@ from harness.p9.messages import (
     twstat,
 )
 from harness.p9.trace import Direction, Record, format_records
-from harness.p9.wire import Message, R, TMessage
+from harness.p9.wire import Message, R, Stat, TMessage
 from harness.virtio.guestmem import Region
 
 log = logging.getLogger(__name__)
@@ -239,9 +238,7 @@ class Session:
         tag = self._tag_for(request, tag)
         return self._submit(request, wire.encode(request, tag), reply_capacity, layout)
 
-    def send_raw(
-        self, frame: bytes, *, reply_capacity: int | None = None, layout: Any = None
-    ) -> Pending[Any]:
+    def send_raw(self, frame: bytes, *, reply_capacity: int | None = None, layout: Any = None) -> Pending[Any]:
         """Submit arbitrary bytes as one request (for malformed-input cases)."""
         request: TMessage[Any] | None = None
         with contextlib.suppress(P9ProtocolError):

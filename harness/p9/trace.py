@@ -36,6 +36,8 @@ from harness.p9 import wire
 
 MAGIC = "# virtio9p-harness reproducer"
 END = "# end: "
+#: the expectation of a request the case wanted to succeed (an Rlerror ended it): ``<== success``
+SUCCESS = 0
 #: header values replay can make; anything else is refused, never replayed as the default
 BACKENDS = ("synth", "local")
 TRANSPORTS = ("modern", "legacy")
@@ -76,7 +78,8 @@ def format_records(records: Iterable[Record]) -> str:
 def write_reproducer(
     path: Path, records: Iterable[Record], header: Mapping[str, str], expected: Mapping[int, int] | None = None
 ) -> Path:
-    """Write the exchange; ``expected`` maps a record's index to the errno the case wanted there."""
+    """Write the exchange; ``expected`` maps a record's index to the errno the case wanted there
+    (:data:`SUCCESS`: no error)."""
     lines = [MAGIC, *(f"# {key}: {value}" for key, value in header.items())]
     lines.append(f"# replay: {sys.executable} -m harness replay {path}")
     for index, record in enumerate(records):
@@ -86,7 +89,8 @@ def write_reproducer(
         body = record.frame.hex() if record.frame else f"(empty,tag={record.tag})"
         lines.append(f"{record.direction} {body}  {shown}".rstrip())
         if expected and index in expected:
-            lines.append(f"<== {wire.describe_rlerror(expected[index])}")
+            wanted = expected[index]
+            lines.append(f"<== {wire.describe_rlerror(wanted) if wanted != SUCCESS else 'success (no error)'}")
     lines.append(_end_line(lines))
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -255,7 +259,7 @@ def _parse(lines: list[str]) -> tuple[dict[str, str], list[Step]]:
             at = last_answered = _awaiting(steps, tag)
             steps[at] = Step(steps[at].request, reply, in_line=at == len(steps) - 1)
         elif line.startswith("<== ") and steps:
-            code = int(line.rsplit("(", 1)[1].rstrip(")"))
+            code = SUCCESS if line.startswith("<== success") else int(line.rsplit("(", 1)[1].rstrip(")"))
             at = last_answered
             steps[at] = Step(steps[at].request, steps[at].reply, code, steps[at].in_line)
         elif line.strip() and not line.startswith("#"):

@@ -19,6 +19,7 @@ session's ``send_raw`` sends any bytes.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import inspect
 import struct
@@ -97,6 +98,43 @@ String = Annotated[str, STR]
 Data = Annotated[bytes, Prefixed(Int32ul, GreedyBytes)]
 #: ``nwname[2]`` then the names (Twalk)
 Names = Annotated[list[str], PrefixedArray(Int16ul, STR)]
+
+
+class Role(enum.Enum):
+    """What a number field means to the protocol, beside its layout: the malformed catalogue (and
+    anyone else) reads it from the declaration instead of guessing from field names."""
+
+    #: a fid the request uses (walked or attached)
+    FID = "fid"
+    #: a fid the request acts on through an open handle (Tread, Tlock, ...)
+    OPEN_FID = "open fid"
+    #: a fid the request makes
+    NEWFID = "newfid"
+    #: a byte count the client asks for
+    COUNT = "count"
+    #: the largest message the client offers
+    MSIZE = "msize"
+
+
+Fid = Annotated[int, Int32ul, Role.FID]
+OpenFid = Annotated[int, Int32ul, Role.OPEN_FID]
+NewFid = Annotated[int, Int32ul, Role.NEWFID]
+Count = Annotated[int, Int32ul, Role.COUNT]
+Msize = Annotated[int, Int32ul, Role.MSIZE]
+
+
+def python_type(message: type, field: str) -> Any:
+    """The Python type of a field: ``int`` for ``U32``, ``list[str]`` for ``Names``, the record's
+    class for ``Qid``."""
+    hint = _hints(message)[field]
+    return typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
+
+
+def role(message: type, field: str) -> Role | None:
+    """The :class:`Role` ``field`` of ``message`` is declared with, or None."""
+    hint = _hints(message)[field]
+    extras = typing.get_args(hint)[2:] if typing.get_origin(hint) is Annotated else ()
+    return next((extra for extra in extras if isinstance(extra, Role)), None)
 
 
 class _Layout:

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     cov.add_argument("selection", nargs="*", help="pytest arguments, after --: -- -n 2 -k readdir")
 
     bugs = sub.add_parser("known-bugs", help="the known QEMU bugs the cases pin, and which versions have each")
-    bugs.add_argument("--readme", action="store_true", help="rewrite the README's table")
+    bugs.add_argument("--write", action="store_true", help="make docs/known-bugs.md anew")
 
     replay = sub.add_parser("replay", help="re-send a reproducer to a fresh QEMU; report the first difference")
     replay.add_argument("file")
@@ -169,7 +169,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "known-bugs":
         from harness.tools.known_bugs import main as known_bugs
 
-        return known_bugs(args.readme)
+        return known_bugs(args.write)
     if args.command == "malformed-report":
         from harness.tools.malformed_report import report
 

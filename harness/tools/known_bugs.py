@@ -1,8 +1,8 @@
 """``python -m harness known-bugs``: the known QEMU bugs the cases pin, and which versions have each.
 
 Read from the cases' ``@pytest.mark.qemu_bug(fixed_in=..., reason=...)`` markers (parsed, not
-imported: the harness never imports the cases), so the table a packager reads in the README is
-the one the suite enforces; ``--readme`` rewrites the README's copy of it.
+imported: the harness never imports the cases), so the table a packager reads in
+docs/known-bugs.md is the one the suite enforces; ``--write`` makes that page anew.
 """
 
 from __future__ import annotations
@@ -18,7 +18,22 @@ from tabulate import tabulate
 from harness.qemu import versions
 
 PROJECT = Path(__file__).resolve().parents[2]
-BEGIN, END = "<!-- known-bugs: python -m harness known-bugs --readme -->", "<!-- /known-bugs -->"
+PAGE = PROJECT / "docs" / "known-bugs.md"
+INTRO = """\
+# Known QEMU bugs
+
+<!-- made by `python -m harness known-bugs --write`; a self-test keeps it equal to the markers -->
+
+A known bug is `@pytest.mark.qemu_bug(fixed_in=versions.NAME, reason=..., raises=...)` on a case: a
+strict xfail on every version without the fix, a normal case on the versions with it. A fix is
+named once, in `harness/qemu/versions.py`, by the first release of each stable branch that has it
+and the mainline release it went into, so 10.2.2 lacks a fix of "10.0.12, 11.1.0" while 10.0.13 and
+master have it; the malformed catalogue's expected outcomes read the same names. A regression also
+names the releases that brought it (`introduced_in=`). `()` is "no fix known": a strict xfail on
+every version until a fix turns it into an XPASS. A case whose known bug kills QEMU gets a QEMU of
+its own. "bug" below means the case is a strict xfail on that version.
+
+"""
 
 
 @dataclass(frozen=True)
@@ -85,29 +100,31 @@ def _filled(path: str, when: dict[str, str]) -> str:
 
 
 def table(bugs: list[KnownBug]) -> str:
-    headers = ["case", *versions.KNOWN, "fixed in", "what happens"]
+    """A narrow table (case, a column per known version, the fix), then what each bug does, by number."""
+    headers = ["#", "case", *versions.KNOWN, "fixed in"]
     rows = [
         [
+            number,
             f"`{bug.case}`",
             *("bug" if bug.present_in(v) else "fixed" if versions.has(v, bug.fixed_in) else "-"
               for v in versions.KNOWN),
             (f"since {', '.join(bug.introduced_in)}; " if bug.introduced_in else "")
             + (", ".join(bug.fixed_in) or "no fix known"),
-            bug.reason,
         ]
-        for bug in bugs
-    ]
-    return str(tabulate(rows, headers=headers, tablefmt="github"))
+        for number, bug in enumerate(bugs, start=1)
+    ]  # fmt: skip
+    reasons = "\n".join(f"{number}. `{bug.case}`: {bug.reason}" for number, bug in enumerate(bugs, start=1))
+    return str(tabulate(rows, headers=headers, tablefmt="github")) + "\n\nWhat happens:\n\n" + reasons
 
 
-def main(readme: bool) -> int:
-    text = table(known_bugs())
-    if not readme:
-        print(text)
+def page() -> str:
+    return INTRO + table(known_bugs()) + "\n"
+
+
+def main(write: bool) -> int:
+    if not write:
+        print(table(known_bugs()))
         return 0
-    path = PROJECT / "README.md"
-    content = path.read_text()
-    start, end = content.index(BEGIN) + len(BEGIN), content.index(END)
-    path.write_text(content[:start] + "\n" + text + "\n" + content[end:])
-    print(f"rewrote the known-bug table in {path}")
+    PAGE.write_text(page())
+    print(f"wrote {PAGE}")
     return 0

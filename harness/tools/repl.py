@@ -22,7 +22,6 @@ import inspect
 import re
 import shutil
 import tempfile
-import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -60,8 +59,7 @@ def wrong_type(name: str, field: str, value: Any) -> str | None:
     """Why ``value`` cannot go in ``field`` of message ``name`` (its annotation in the message
     table says what it takes), or None."""
     cls = wire.lookup(name)
-    hint = typing.get_type_hints(cls, include_extras=True)[field]
-    wanted = typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
+    wanted = wire.python_type(cls, field)
     kind = str(inspect.get_annotations(cls).get(field, wanted))
     if wanted is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
@@ -70,7 +68,7 @@ def wrong_type(name: str, field: str, value: Any) -> str | None:
         ok, example = isinstance(value, str), "a string: 'name'"
     elif wanted is bytes:
         ok, example = isinstance(value, bytes), "bytes: b'data'"
-    elif typing.get_origin(wanted) is list and typing.get_args(wanted) == (str,):
+    elif wanted == list[str]:
         ok = isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
         example = "a list of strings: ['a', 'b']"
     else:

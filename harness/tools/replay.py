@@ -2,7 +2,8 @@
 verdict a ``git bisect run`` can use, one meaning whatever the case was:
 
 - **0** the server does what the case expected: every request answered, each as the case wanted
-  (its ``<==`` errno) or, where it wanted nothing in particular, as recorded; no crash, no hang.
+  (its ``<==`` line: an errno, or success where an Rlerror ended the case) or, where it wanted
+  nothing in particular, as recorded; no crash, no hang.
   The bug is absent.
 - **1** it does not: an answer other than the expected one, a request left unanswered (a hang),
   QEMU dead (as recorded or not). The bug is there.
@@ -41,7 +42,7 @@ from harness.errors import describe_status as describe_exit
 from harness.p9 import wire
 from harness.p9.messages import Rerror, Rlerror
 from harness.p9.session import Pending, Reply
-from harness.p9.trace import Step, read_reproducer, restore_host
+from harness.p9.trace import SUCCESS, Step, read_reproducer, restore_host
 from harness.qemu import provision
 from harness.qemu.machine import FsConfig, LocalFs, MachineConfig, SynthFs
 from harness.tools.connect import Connection, connect
@@ -77,6 +78,15 @@ def _errno_of(frame: bytes) -> int | None:
     return None
 
 
+def _answers(request: bytes, frame: bytes) -> bool:
+    """Whether ``frame`` is the reply type of ``request`` (a success, decoded)."""
+    try:
+        sent, got = wire.decode(request), wire.decode(frame)
+    except P9ProtocolError:
+        return False
+    return isinstance(sent, wire.TMessage) and type(got) is sent.reply_class()
+
+
 def _comparable(frame: bytes, local: bool) -> Any:
     """What of a reply must be equal: the bytes on synth; on local the decoded fields less the
     ones the host decides."""
@@ -109,6 +119,10 @@ def _differs(step: Step, frame: bytes | None, local: bool, died: bool) -> str | 
     unanswered, unless QEMU had died then (any answer will do: it is the death that is judged)."""
     if frame is None:
         return "no reply (QEMU hangs on it)" if step.reply is not None or step.expected_errno is not None else None
+    if step.expected_errno == SUCCESS:
+        if _errno_of(frame) is None and _answers(step.request, frame):
+            return None
+        return f"expected success, got {_shown(frame)}"
     if step.expected_errno is not None:
         if _errno_of(frame) == step.expected_errno:
             return None
