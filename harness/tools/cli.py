@@ -17,10 +17,7 @@ from typing import Any
 from harness.errors import HarnessError, ProvisionError
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_qemu(sub: Any) -> None:
     qemu = sub.add_parser("qemu", help="provision the QEMU under test")
     qemu_sub = qemu.add_subparsers(dest="action", required=True)
     origins = "bookworm (QEMU 7.2), trixie (QEMU 10.0, the default)"
@@ -37,9 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     path.add_argument("origin", nargs="?", default=None, help=f"{origins}, or a source tree/tarball built before")
     qemu_sub.add_parser("list", help="the builds in the cache: origin, version, seconds, path")
 
+
+def _add_doctor(sub: Any) -> None:
     doctor = sub.add_parser("doctor", help="print what the harness finds")
     doctor.add_argument("--qemu-binary")
 
+
+def _add_bench(sub: Any) -> None:
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
 
@@ -80,11 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     suite.add_argument("--qemu-binary")
     suite.add_argument("--rounds", type=int, default=5)
 
+
+def _add_malformed_report(sub: Any) -> None:
     malformed = sub.add_parser("malformed-report", help="the malformed-request catalogue, run and tabulated")
     malformed.add_argument("--qemu-binary")
     malformed.add_argument("--transport", choices=("modern", "legacy"), default="modern")
     malformed.add_argument("--record", action="store_true", help="store the outcomes as this QEMU's expectations")
 
+
+def _add_coverage(sub: Any) -> None:
     cov = sub.add_parser("coverage", help="line and branch coverage of hw/9pfs reached by a pytest selection")
     cov.add_argument("origin", nargs="?", default=None, help="the QEMU to build with gcov (default: trixie)")
     cov.add_argument("--html", metavar="DIR", help="write gcovr's HTML report into DIR")
@@ -92,9 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     cov.add_argument("--compare-qos-test", action="store_true", help="also run QEMU's C suite on the same build")
     cov.add_argument("selection", nargs="*", help="pytest arguments, after --: -- -n 2 -k readdir")
 
+
+def _add_known_bugs(sub: Any) -> None:
     bugs = sub.add_parser("known-bugs", help="the known QEMU bugs the cases pin, and which versions have each")
     bugs.add_argument("--write", action="store_true", help="make docs/known-bugs.md anew")
 
+
+def _add_replay(sub: Any) -> None:
     replay = sub.add_parser("replay", help="re-send a reproducer to a fresh QEMU; report the first difference")
     replay.add_argument("file")
     replay.add_argument("--qemu-binary")
@@ -103,17 +112,44 @@ def main(argv: list[str] | None = None) -> int:
         help="swap 0 and 1 (bug present: 0), for git bisect start --term-old=broken --term-new=fixed",
     )  # fmt: skip
 
+
+def _add_matrix(sub: Any) -> None:
     matrix = sub.add_parser("matrix", help="the same cases against several QEMU binaries, differences first")
     matrix.add_argument("--qemu", action="append", default=[], help="a QEMU binary (give two or more)")
     matrix.add_argument("--builds", action="store_true", help="every build in the cache (python -m harness qemu list)")
     matrix.add_argument("selection", nargs=argparse.REMAINDER, help="pytest arguments, e.g. -k readdir")
 
+
+def _add_repl(sub: Any) -> None:
     repl = sub.add_parser("repl", help="an interactive 9P session on a fresh QEMU")
     repl.add_argument("--qemu-binary")
     repl.add_argument("--backend", choices=("synth", "local"), default="synth")
     repl.add_argument("--export", help="directory to export with --backend local (default: a new empty one)")
     repl.add_argument("--transport", choices=("modern", "legacy"), default="modern")
 
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every subcommand, one small function each (the tools themselves are imported when run:
+    importing them all costs every ``python -m harness`` about a second)."""
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (
+        _add_qemu,
+        _add_doctor,
+        _add_bench,
+        _add_malformed_report,
+        _add_coverage,
+        _add_known_bugs,
+        _add_replay,
+        _add_matrix,
+        _add_repl,
+    ):
+        add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
     selection = argv[argv.index("--") + 1 :] if "--" in argv else []  # pytest's own arguments, untouched
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
