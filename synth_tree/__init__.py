@@ -10,7 +10,6 @@ can be given the same shapes (a ReadDirDir of any size, the WALK chain, deep cha
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,15 +75,3 @@ def materialise(node: Node, parent: Path) -> Path:
         path.touch()
     return path
 
-
-def materialise_deep(parent: Path, names: list[str]) -> None:
-    """A chain of directories too deep for one host path (> PATH_MAX): made with mkdirat."""
-    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for name in names:
-            os.mkdir(name, dir_fd=fd)
-            nxt = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-    finally:
-        os.close(fd)

@@ -50,7 +50,6 @@ from harness.errors import P9ProtocolError, errno_name
 DOTL, DOTU = "9P2000.L", "9P2000.u"
 NOTAG = 0xFFFF
 NOFID = 0xFFFFFFFF
-NONUNAME = 0xFFFFFFFF
 MAXWELEM = 16
 HEADER_SIZE = 7
 IOHDRSZ = 24

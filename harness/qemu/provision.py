@@ -24,7 +24,7 @@ from harness.qemu import build as qemu_build
 from harness.qemu.build import DEFAULT_ORIGIN
 
 if TYPE_CHECKING:  # imported where used: the xdist controller prints the header with this module
-    # alone, and importing machine (qtest, sockets) cost it ~25 ms before it could start workers
+    # alone, and machine (qtest, sockets) would add ~25 ms before it starts its workers
     from harness.qemu.machine import FsConfig, MachineConfig
 
 PROJECT = "virtio9p-harness"
