@@ -10,13 +10,13 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from fixtures.case_path import case_path
 from fixtures.expect import expect_rlerror
 from fixtures.place import Place
+from fixtures.refusal import Refusal, Targets, refused
 from harness.p9 import wire
 from harness.p9.messages import (
     Rlerror,
@@ -50,7 +50,6 @@ from harness.p9.messages import (
     twstat,
 )
 from harness.p9.session import Session
-from harness.p9.wire import TMessage
 from harness.qemu import versions
 
 READONLY = pytest.mark.fsdev(readonly="on", security_model="passthrough")
@@ -65,55 +64,56 @@ def populate(host: Path) -> None:
     (host / "l").symlink_to("f")
 
 
-class Fids:
-    """The fids a refused request is aimed at: the directory, the file (open for reading: a
-    Twrite needs an open fid), and a fresh clone of each."""
-
-    def __init__(self, p9: Session, place: Place) -> None:
-        self.p9, self.dir = p9, place.fid
-        self.file = p9.walk_fid(place.fid, ["f"])
-        self.open_file = p9.walk_fid(place.fid, ["f"])
-        p9.lopen(self.open_file, os.O_RDONLY)
-        self.dir_clone = p9.walk_fid(place.fid, [])
-        self.file_clone = p9.walk_fid(place.fid, ["f"])
-
-
 #: 9P2000.L requests that change the tree, each aimed at the export's files.
-DOTL_REFUSED: dict[str, Callable[[Fids], TMessage[Any]]] = {
-    "Tlcreate": lambda f: Tlcreate(fid=f.dir_clone, name="new", flags=os.O_RDWR, mode=0o644, gid=0),
-    "Tsymlink": lambda f: Tsymlink(fid=f.dir, name="new", symtgt="f", gid=0),
-    "Tmknod": lambda f: Tmknod(dfid=f.dir, name="new", mode=stat.S_IFREG | 0o600, major=0, minor=0, gid=0),
-    "Tmkdir": lambda f: Tmkdir(dfid=f.dir, name="new", mode=0o755, gid=0),
-    "Tlink": lambda f: Tlink(dfid=f.dir, fid=f.file, name="new"),
-    "Trename": lambda f: Trename(fid=f.file, dfid=f.dir, name="new"),
-    "Trenameat": lambda f: Trenameat(olddirfid=f.dir, oldname="f", newdirfid=f.dir, newname="new"),
-    "Tunlinkat": lambda f: Tunlinkat(dirfd=f.dir, name="f", flags=0),
-    "Tunlinkat_dir": lambda f: Tunlinkat(dirfd=f.dir, name="d", flags=wire.AT_REMOVEDIR),
-    "Tsetattr_mode": lambda f: Tsetattr(fid=f.file, valid=0x1, mode=0o600),
-    "Tsetattr_owner": lambda f: Tsetattr(fid=f.file, valid=0x2 | 0x4, uid=1, gid=1),
-    "Tsetattr_size": lambda f: Tsetattr(fid=f.file, valid=0x8, size=0),
-    "Tsetattr_times": lambda f: Tsetattr(fid=f.file, valid=0x10 | 0x20, atime_sec=1, mtime_sec=1),
-    "Txattrcreate": lambda f: Txattrcreate(fid=f.file_clone, name="user.new", attr_size=1, flags=0),
-    "Txattrcreate_remove": lambda f: Txattrcreate(fid=f.file_clone, name="user.kept", attr_size=0, flags=0),
-    "Twrite": lambda f: Twrite(fid=f.open_file, offset=0, data=b"X"),
-    "Tlopen_O_WRONLY": lambda f: Tlopen(fid=f.file_clone, flags=os.O_WRONLY),
-    "Tlopen_O_RDWR": lambda f: Tlopen(fid=f.file_clone, flags=os.O_RDWR),
-    "Tlopen_O_APPEND": lambda f: Tlopen(fid=f.file_clone, flags=os.O_RDONLY | os.O_APPEND),
-    "Tlopen_O_TRUNC": lambda f: Tlopen(fid=f.file_clone, flags=os.O_RDONLY | os.O_TRUNC),
+DOTL_REFUSED: dict[str, Refusal] = {
+    "Tlcreate": Refusal(
+        lambda t: Tlcreate(fid=t.dir_clone, name="new", flags=os.O_RDWR, mode=0o644, gid=0), errno.EROFS
+    ),
+    "Tsymlink": Refusal(lambda t: Tsymlink(fid=t.dir, name="new", symtgt="f", gid=0), errno.EROFS),
+    "Tmknod": Refusal(
+        lambda t: Tmknod(dfid=t.dir, name="new", mode=stat.S_IFREG | 0o600, major=0, minor=0, gid=0), errno.EROFS
+    ),
+    "Tmkdir": Refusal(lambda t: Tmkdir(dfid=t.dir, name="new", mode=0o755, gid=0), errno.EROFS),
+    "Tlink": Refusal(lambda t: Tlink(dfid=t.dir, fid=t.file, name="new"), errno.EROFS),
+    "Trename": Refusal(lambda t: Trename(fid=t.file, dfid=t.dir, name="new"), errno.EROFS),
+    "Trenameat": Refusal(
+        lambda t: Trenameat(olddirfid=t.dir, oldname="f", newdirfid=t.dir, newname="new"), errno.EROFS
+    ),
+    "Tunlinkat": Refusal(lambda t: Tunlinkat(dirfd=t.dir, name="f", flags=0), errno.EROFS),
+    "Tunlinkat_dir": Refusal(lambda t: Tunlinkat(dirfd=t.dir, name="d", flags=wire.AT_REMOVEDIR), errno.EROFS),
+    "Tsetattr_mode": Refusal(lambda t: Tsetattr(fid=t.file, valid=0x1, mode=0o600), errno.EROFS),
+    "Tsetattr_owner": Refusal(lambda t: Tsetattr(fid=t.file, valid=0x2 | 0x4, uid=1, gid=1), errno.EROFS),
+    "Tsetattr_size": Refusal(lambda t: Tsetattr(fid=t.file, valid=0x8, size=0), errno.EROFS),
+    "Tsetattr_times": Refusal(lambda t: Tsetattr(fid=t.file, valid=0x10 | 0x20, atime_sec=1, mtime_sec=1), errno.EROFS),
+    "Txattrcreate": Refusal(
+        lambda t: Txattrcreate(fid=t.file_clone, name="user.new", attr_size=1, flags=0), errno.EROFS
+    ),
+    "Txattrcreate_remove": Refusal(
+        lambda t: Txattrcreate(fid=t.file_clone, name="user.kept", attr_size=0, flags=0), errno.EROFS
+    ),
+    "Twrite": Refusal(lambda t: Twrite(fid=t.open_file, offset=0, data=b"X"), errno.EROFS),
+    "Tlopen_O_WRONLY": Refusal(lambda t: Tlopen(fid=t.file_clone, flags=os.O_WRONLY), errno.EROFS),
+    "Tlopen_O_RDWR": Refusal(lambda t: Tlopen(fid=t.file_clone, flags=os.O_RDWR), errno.EROFS),
+    "Tlopen_O_APPEND": Refusal(lambda t: Tlopen(fid=t.file_clone, flags=os.O_RDONLY | os.O_APPEND), errno.EROFS),
+    "Tlopen_O_TRUNC": Refusal(lambda t: Tlopen(fid=t.file_clone, flags=os.O_RDONLY | os.O_TRUNC), errno.EROFS),
 }
 #: 9P2000.u's own: Tcreate, Twstat, and Topen for writing or truncating (the mode byte).
-DOTU_REFUSED: dict[str, Callable[[Fids], TMessage[Any]]] = {
-    "Tcreate": lambda f: Tcreate(fid=f.dir_clone, name="new", perm=0o644, mode=wire.ORDWR, extension=""),
-    "Tcreate_dir": lambda f: Tcreate(fid=f.dir_clone, name="new", perm=wire.DMDIR | 0o755, mode=0, extension=""),
-    "Twstat_mode": lambda f: twstat(f.file, mode=0o600),
-    "Twstat_name": lambda f: twstat(f.file, name="new"),
-    "Twstat_length": lambda f: twstat(f.file, length=0),
-    "Topen_OWRITE": lambda f: Topen(fid=f.file_clone, mode=wire.OWRITE),
-    "Topen_ORDWR": lambda f: Topen(fid=f.file_clone, mode=wire.ORDWR),
-    "Topen_OREAD_OTRUNC": lambda f: Topen(fid=f.file_clone, mode=wire.OREAD | wire.OTRUNC),
-    "Topen_OREAD_OAPPEND": lambda f: Topen(fid=f.file_clone, mode=wire.OREAD | wire.OAPPEND),
-    "Twrite": lambda f: Twrite(fid=f.open_file, offset=0, data=b"X"),
-    "Tremove": lambda f: Tremove(fid=f.file_clone),
+DOTU_REFUSED: dict[str, Refusal] = {
+    "Tcreate": Refusal(
+        lambda t: Tcreate(fid=t.dir_clone, name="new", perm=0o644, mode=wire.ORDWR, extension=""), errno.EROFS
+    ),
+    "Tcreate_dir": Refusal(
+        lambda t: Tcreate(fid=t.dir_clone, name="new", perm=wire.DMDIR | 0o755, mode=0, extension=""), errno.EROFS
+    ),
+    "Twstat_mode": Refusal(lambda t: twstat(t.file, mode=0o600), errno.EROFS),
+    "Twstat_name": Refusal(lambda t: twstat(t.file, name="new"), errno.EROFS),
+    "Twstat_length": Refusal(lambda t: twstat(t.file, length=0), errno.EROFS),
+    "Topen_OWRITE": Refusal(lambda t: Topen(fid=t.file_clone, mode=wire.OWRITE), errno.EROFS),
+    "Topen_ORDWR": Refusal(lambda t: Topen(fid=t.file_clone, mode=wire.ORDWR), errno.EROFS),
+    "Topen_OREAD_OTRUNC": Refusal(lambda t: Topen(fid=t.file_clone, mode=wire.OREAD | wire.OTRUNC), errno.EROFS),
+    "Topen_OREAD_OAPPEND": Refusal(lambda t: Topen(fid=t.file_clone, mode=wire.OREAD | wire.OAPPEND), errno.EROFS),
+    "Twrite": Refusal(lambda t: Twrite(fid=t.open_file, offset=0, data=b"X"), errno.EROFS),
+    "Tremove": Refusal(lambda t: Tremove(fid=t.file_clone), errno.EROFS),
 }
 
 
@@ -123,7 +123,7 @@ DOTU_REFUSED: dict[str, Callable[[Fids], TMessage[Any]]] = {
 def test_modifying_request_is_refused(place: Place, dialect: str, message: str) -> None:
     """EROFS, and the export exactly as it was: no node made, moved, removed, resized, chmodded,
     chowned, retimed or written, no xattr set or removed."""
-    refused(place, DOTL_REFUSED[message])
+    refused(place, DOTL_REFUSED[message], populate)
 
 
 TRUNC_BYPASS = (
@@ -143,19 +143,7 @@ TRUNC_BYPASS = (
 def test_modifying_dotu_request_is_refused(place: Place, dialect: str, message: str) -> None:
     """The same for 9P2000.u's requests, Topen's mode byte included (OTRUNC alone, with OREAD,
     is a write)."""
-    refused(place, DOTU_REFUSED[message])
-
-
-def refused(place: Place, make: Callable[[Fids], TMessage[Any]]) -> None:
-    p9 = place.session
-    populate(place.host_path())
-    before = place.host_state()
-    fids = Fids(p9, place)
-    with expect_rlerror(errno.EROFS):
-        p9.rpc(make(fids))
-    assert place.host_state() == before
-    for fid in set(p9.fids) - {0, place.fid}:
-        p9.clunk(fid)
+    refused(place, DOTU_REFUSED[message], populate)
 
 
 @pytest.mark.qemu_bug(
@@ -181,64 +169,64 @@ def test_refused_remove_still_clunks(place: Place) -> None:
 
 
 #: Reading requests, each with what its reply must show.
-def _read_file(p9: Session, f: Fids) -> None:
+def _read_file(p9: Session, f: Targets) -> None:
     assert p9.rpc(Tread(fid=f.open_file, offset=0, count=100)).data == CONTENT
 
 
-def _readdir(p9: Session, f: Fids) -> None:
+def _readdir(p9: Session, f: Targets) -> None:
     p9.lopen(f.dir_clone, os.O_RDONLY | os.O_DIRECTORY)
     names = sorted(e.name for e in p9.rpc(Treaddir(fid=f.dir_clone, offset=0, count=4000)).entries)
     assert names == [".", "..", "d", "f", "l"]
 
 
-def _walk_getattr(p9: Session, f: Fids) -> None:
+def _walk_getattr(p9: Session, f: Targets) -> None:
     newfid = p9.new_fid()
     (qid,) = p9.rpc(Twalk(fid=f.dir, newfid=newfid, wnames=["d"])).qids
     assert qid.type == wire.QTDIR and p9.rpc(Tgetattr(fid=newfid, request_mask=wire.GETATTR_ALL)).qid == qid
 
 
-def _readlink(p9: Session, f: Fids) -> None:
+def _readlink(p9: Session, f: Targets) -> None:
     link = p9.walk_fid(f.dir, ["l"])
     assert p9.rpc(Treadlink(fid=link)).target == "f"
 
 
-def _statfs(p9: Session, f: Fids) -> None:
+def _statfs(p9: Session, f: Targets) -> None:
     assert p9.rpc(Tstatfs(fid=f.dir)).bsize > 0
 
 
-def _xattr_get(p9: Session, f: Fids) -> None:
+def _xattr_get(p9: Session, f: Targets) -> None:
     xfid = p9.new_fid()
     assert p9.rpc(Txattrwalk(fid=f.file, newfid=xfid, name="user.kept")).size == 5
     assert p9.rpc(Tread(fid=xfid, offset=0, count=5)).data == b"value"
 
 
-def _fsync(p9: Session, f: Fids) -> None:
+def _fsync(p9: Session, f: Targets) -> None:
     p9.rpc(Tfsync(fid=f.open_file))
 
 
-def _lock(p9: Session, f: Fids) -> None:
+def _lock(p9: Session, f: Targets) -> None:
     assert p9.rpc(Tlock(fid=f.open_file, type=0, flags=0, start=0, length=0, proc_id=1, client_id="c")).status == 0
     got = p9.rpc(Tgetlock(fid=f.open_file, type=0, start=0, length=0, proc_id=1, client_id="c"))
     assert got.type == 2  # F_UNLCK: nobody else holds it
 
 
-def _stat_u(p9: Session, f: Fids) -> None:
+def _stat_u(p9: Session, f: Targets) -> None:
     record = p9.rpc(Tstat(fid=f.file)).stat
     assert (record.name, record.length) == ("f", len(CONTENT))
 
 
-def _open_read_u(p9: Session, f: Fids) -> None:
+def _open_read_u(p9: Session, f: Targets) -> None:
     p9.rpc(Topen(fid=f.file_clone, mode=wire.OREAD))
     assert p9.rpc(Tread(fid=f.file_clone, offset=0, count=100)).data == CONTENT
 
 
-def _read_dir_u(p9: Session, f: Fids) -> None:
+def _read_dir_u(p9: Session, f: Targets) -> None:
     p9.rpc(Topen(fid=f.dir_clone, mode=wire.OREAD))
     names = sorted(s.name for s in wire.parse_stats(p9.rpc(Tread(fid=f.dir_clone, offset=0, count=4000)).data))
     assert names == [".", "..", "d", "f", "l"]
 
 
-ALLOWED: dict[str, tuple[str, Callable[[Session, Fids], None]]] = {
+ALLOWED: dict[str, tuple[str, Callable[[Session, Targets], None]]] = {
     "Tread": (wire.DOTL, _read_file),
     "Treaddir": (wire.DOTL, _readdir),
     "Twalk_Tgetattr": (wire.DOTL, _walk_getattr),
@@ -265,7 +253,7 @@ def test_reading_request_still_works(message: str, backend: str, p9: Session, lo
     place = Place.open(p9, "local", local_export, f"readonly-allowed-{message}")
     populate(place.host_path())
     before = place.host_state()
-    fids = Fids(p9, place)
+    fids = Targets(place)
     check(p9, fids)
     assert place.host_state() == before
     for fid in set(p9.fids) - {0}:
