@@ -1,0 +1,76 @@
+"""The README and docs/ say what the code does: short enough to read, commands that parse, lists
+and numbers that come from the code."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures.devices import QemuUnderTest
+from harness.qemu import qemu_suite
+from harness.tools import cli
+from tests.subrun import PROJECT
+
+README = PROJECT / "README.md"
+DOCS = sorted((PROJECT / "docs").glob("*.md"))
+
+
+def test_the_readme_reads_in_five_minutes() -> None:
+    assert len(README.read_text().splitlines()) <= 200
+
+
+def _harness_commands(text: str) -> list[list[str]]:
+    """``python -m harness ...`` lines of the code blocks, as argument lists (shell substitutions
+    and comments dropped)."""
+    found = []
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            line = re.sub(r'"\$\(.*?\)"', "B", line.split("  #")[0])
+            if "[" in line or "|" in line.split("#")[0]:
+                continue  # a synopsis ([OPTION], a|b), not a command
+            if "-m harness " in line:  # quotes dropped: a bisect line closes its sh -c quote later
+                found.append(shlex.split(line.split("-m harness ", 1)[1].replace('"', "").replace("'", "")))
+    return found
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: p.name)
+def test_every_harness_command_shown_parses(page: Path) -> None:
+    """Each `python -m harness …` a page shows is one the command line takes as written."""
+    for words in _harness_commands(page.read_text()):
+        if "--" in words:
+            words = words[: words.index("--")]
+        try:
+            cli.build_parser().parse_args(words)
+        except SystemExit as err:
+            raise AssertionError(f"{page}: python -m harness {' '.join(words)} does not parse") from err
+
+
+def test_the_cases_page_lists_qemus_own_cases_in_order() -> None:
+    text = (PROJECT / "docs" / "cases.md").read_text()
+    line = next(line for line in text.splitlines() if line.startswith("QEMU 7.2's cases, in qos-test's order: "))
+    assert re.findall(r"`([^`]+)`", line) == list(qemu_suite.QEMU_72_CASES)
+
+
+def test_the_readme_sample_counts_every_case(qemu_under_test: QemuUnderTest) -> None:
+    """The sample summary table is of a whole run on the default QEMU: its total is the number of
+    cases collected there (python -m harness ... --collect-only)."""
+    sample = README.read_text().split("<!-- sample:", 1)[1].split("```")[1]
+    title = next(line for line in sample.splitlines() if "virtio-9p summary" in line)
+    version = re.search(r"QEMU (\S+) \(", title)
+    assert version is not None, title
+    if version.group(1) != qemu_under_test.probe.version:
+        pytest.skip(f"the sample is of QEMU {version.group(1)}; this run's is {qemu_under_test.probe.version}")
+    total = next(line for line in sample.splitlines() if line.startswith("| total"))
+    counted = sum(int(cell) for cell in total.strip("|").split("|")[1:-1])  # less "QEMU died"
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "cases/", "--collect-only", "-q", f"--qemu-binary={qemu_under_test.binary}"],
+        cwd=PROJECT, capture_output=True, text=True, timeout=300, check=False,
+    ).stdout  # fmt: skip
+    found = re.search(r"(\d+) tests? collected", collected)
+    assert found is not None, collected[-2000:]
+    assert counted == int(found.group(1)), "README's sample: make conformance PYTEST_ARGS='-n 2 -q'"
