@@ -40,3 +40,10 @@ def run_pytest(
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True, preexec_fn=default_signals,
     )  # fmt: skip
+
+
+def table_rows(output: str) -> list[list[str]]:
+    """The rows of the GitHub-style table a command printed (header and rule left out)."""
+    lines = [line for line in output.splitlines() if line.startswith("|")]
+    assert len(lines) >= 3 and set(lines[1]) <= set("|-: "), output
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]

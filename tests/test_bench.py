@@ -15,7 +15,7 @@ from fixtures.devices import QemuUnderTest
 from harness.errors import HarnessError
 from harness.qemu import provision
 from harness.tools import bench
-from tests.subrun import PROJECT
+from tests.subrun import PROJECT, table_rows
 
 
 def run(*args: str) -> str:
@@ -24,12 +24,6 @@ def run(*args: str) -> str:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
-
-
-def table_rows(output: str) -> list[list[str]]:
-    lines = [line for line in output.splitlines() if line.startswith("|")]
-    assert len(lines) >= 3 and set(lines[1]) <= set("|-: "), output
-    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
 
 
 def test_bench_rtt_prints_rates(qemu_under_test: QemuUnderTest) -> None:

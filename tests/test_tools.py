@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from fixtures.devices import QemuUnderTest
+from harness.p9.trace import reseal
 from harness.tools.repl import Repl
-from tests.subrun import PROJECT, default_signals, run_pytest
+from tests.subrun import PROJECT, default_signals, run_pytest, table_rows
 
 PACKAGED = Path("/usr/bin/qemu-system-x86_64")
 
@@ -155,6 +156,7 @@ def test_replay_finds_qemu_as_everything_else_does(tmp_path: Path, qemu_under_te
     (synth,) = (tmp_path / "traces").rglob("reproducer.9p")
     text = synth.read_text().replace(f"# qemu: {qemu_under_test.binary}", "# qemu: /elsewhere/qemu-system-x86_64")
     synth.write_text(text)
+    reseal(synth)  # a deliberate edit: sealed again, or replay would refuse the file as changed
     done = subprocess.run(
         [sys.executable, "-m", "harness", "replay", str(synth)], cwd=PROJECT, capture_output=True, text=True,
         timeout=120, env={**os.environ, "QTEST_QEMU_BINARY": str(qemu_under_test.binary)},
@@ -239,7 +241,7 @@ def test_repl_session(qemu_under_test: QemuUnderTest) -> None:
     assert "<-- Rlerror ENOENT (2)" in out
     assert "[0, 1]" in out
     assert "<-- Rgetattr(valid=6143" in out
-    assert "Tgetattr needs fid: Tgetattr(fid: U32, request_mask: U64) -> Rgetattr(" in out
+    assert "Tgetattr needs fid: Tgetattr(fid: Fid, request_mask: U64) -> Rgetattr(" in out
 
 
 def test_repl_refuses_and_explains_and_saves_a_reproducer(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
@@ -261,9 +263,9 @@ def test_repl_refuses_and_explains_and_saves_a_reproducer(tmp_path: Path, qemu_u
     done = harness("repl", "--qemu-binary", str(qemu_under_test.binary), stdin=script)
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
-    assert "Tclunk has no field bogus; its fields: Tclunk(fid: U32) -> Rclunk()" in out
+    assert "Tclunk has no field bogus; its fields: Tclunk(fid: Fid) -> Rclunk()" in out
     assert "wnames=WALK0: not a Python literal (strings take quotes: wnames='WALK0')" in out
-    assert "Twalk(fid: U32, newfid: U32, wnames: Names) -> Rwalk(qids: Qids)" in out
+    assert "Twalk(fid: Fid, newfid: NewFid, wnames: Names) -> Rwalk(qids: Qids)" in out
     assert "<-- Rwalk(qids=[{type=128, version=0, path=1}])" in out and "<-- Rgetattr(valid=6143" in out
     assert "Traceback" not in out + done.stderr
     replayed = harness("replay", str(saved), "--qemu-binary", str(qemu_under_test.binary))
@@ -414,7 +416,7 @@ def test_a_damaged_reproducer_is_never_judged(tmp_path: Path, qemu_under_test: Q
         "half": ("".join(lines[: len(lines) // 2]), "cut short"),
         "inside the last line": (text[:-20], "cut short"),
         "without its end line": ("".join(lines[:-1]), "cut short"),
-        "edited": (text.replace("WALK0", "WALK1", 1), "cut or changed"),
+        "edited": (text.replace("WALK0", "WALK1", 1), "was changed after it was written"),
         "a death cut away": ("".join(lines[:-2]) + "# qemu-died: killed by SIGSEGV (-11) at request 9\n", "cut short"),
     }
     files: dict[str, tuple[Path, str]] = {}
@@ -451,4 +453,57 @@ def test_a_request_unanswered_when_recorded_must_stay_unanswered(
     assert done.returncode == 0 and f"wrote {saved}" in done.stdout, done.stdout + done.stderr
     replayed = harness("replay", str(saved), "--qemu-binary", str(qemu_under_test.binary))
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
-    assert "3 answered as expected, 1 unanswered as recorded" in replayed.stdout, replayed.stdout
+    assert "4 requests answered as expected, 1 unanswered as recorded" in replayed.stdout, replayed.stdout
+
+
+def test_repl_checks_types_resets_and_saves_only_where_told(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """A value of the wrong type is refused by the field's type (a string for Names is not five
+    names); after a frame that breaks the device, ``reset`` brings a working session back; ``save``
+    into a directory that does not exist makes none."""
+    missing = tmp_path / "nonexistent" / "x.9p"
+    script = "\n".join([
+        "Twalk fid=0 newfid=1 wnames='WALK0'",
+        "raw 0300",  # a frame shorter than a header: QEMU marks the device broken
+        "reset",
+        "Twalk fid=0 newfid=1 wnames=['WALK0']",
+        f"save {missing}",
+        "quit",
+    ])  # fmt: skip
+    done = harness("repl", "--qemu-binary", str(qemu_under_test.binary), stdin=script)
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "error: wnames is Names, a list of strings: ['a', 'b']; got 'WALK0'" in out
+    assert "device reset; new session, msize 8192, root attached as fid 0" in out
+    assert out.count("<-- Rwalk(qids=[{type=128, version=0, path=1}])") == 1, out
+    assert f"error: {missing.parent} is not a directory (save makes none)" in out
+    assert not missing.parent.exists()
+    refused = harness("repl", "--export", str(tmp_path), "--qemu-binary", str(qemu_under_test.binary), stdin="quit\n")
+    assert refused.returncode == 2 and "--export names the directory of --backend local" in refused.stderr
+
+
+def test_doctor_one_table_and_one_exit_code_per_meaning(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """0 usable, 1 degraded, 2 no usable QEMU (missing or not QEMU): the same table every time."""
+    runs = {
+        "usable": (str(qemu_under_test.binary), 0),
+        "missing": (str(tmp_path / "none"), 2),
+        "not QEMU": ("/bin/true", 2),
+    }
+    if PACKAGED.exists():
+        runs["degraded"] = (str(PACKAGED), 1)
+    for what, (binary, status) in runs.items():
+        done = harness("doctor", "--qemu-binary", binary)
+        assert done.returncode == status, (what, done.stdout, done.stderr)
+        rows = dict(row[:2] for row in table_rows(done.stdout))
+        assert rows["usable for the whole suite"].startswith(("yes", "degraded", "no")[status]), (what, rows)
+        assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_a_bench_binary_that_fails_keeps_the_others_results(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    if not PACKAGED.exists():
+        pytest.skip("Debian's qemu-system-x86 is not installed (make test installs it)")
+    out = tmp_path / "r.json"
+    done = harness("bench", "readdir", "--quick", "--qemu", str(qemu_under_test.binary), "--qemu", str(PACKAGED),
+                   "--json", str(out))  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"bench readdir on {PACKAGED} failed:" in done.stderr and "no synth test tree" in done.stderr
+    assert table_rows(done.stdout) and json.loads(out.read_text())["binaries"] == [str(qemu_under_test.binary)]

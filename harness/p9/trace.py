@@ -96,6 +96,13 @@ def write_reproducer(
     return path
 
 
+def reseal(path: Path) -> None:
+    """Write ``path``'s end line anew, after a deliberate edit (a header value changed by hand)."""
+    lines = path.read_text().splitlines()
+    body = lines[:-1] if lines and lines[-1].startswith(END) else lines
+    path.write_text("\n".join([*body, _end_line(body)]) + "\n")
+
+
 def _end_line(lines: list[str]) -> str:
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
     return f"{END}{len(lines)} lines, sha256 {digest}"
@@ -232,7 +239,7 @@ def read_reproducer(path: Path) -> tuple[dict[str, str], list[Step]]:
     if not text[-1].startswith(END):
         raise ReproducerError(f"{path} is cut short: its last line is not the '{END.strip()}' line")
     if text[-1] != _end_line(text[:-1]):
-        raise ReproducerError(f"{path} was cut or changed after it was written: its end line does not match")
+        raise ReproducerError(f"{path} is cut short or was changed after it was written: its end line does not match")
     try:
         header, steps = _parse(text[1:-1])
     except (P9ProtocolError, ValueError, IndexError) as err:

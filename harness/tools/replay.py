@@ -149,7 +149,7 @@ def _verdict(path: Path, explicit: str | None, timeout: float) -> int:
     try:
         header, steps = read_reproducer(path)
     except ReproducerError as err:
-        print(f"cannot replay: {err}")
+        print(f"cannot read the reproducer: {err}")
         return UNREADABLE
     if "incomplete" in header:
         print(f"cannot replay {path}: it is incomplete ({header['incomplete']})")
@@ -257,9 +257,9 @@ def _judge(conn: Connection, steps: list[Step], local: bool, recorded_death: str
         print(f"{death}{', as recorded' if same else ''} ({type(err).__name__})")
         return PRESENT
     unanswered = sum(1 for step in steps if step.reply is None and step.expected_errno is None)
-    counted = f"{len(steps) - unanswered} answered as expected"
+    counted = f"all {len(steps)} requests answered as expected"
     if unanswered:
-        counted += f", {unanswered} unanswered as recorded"
+        counted = f"{len(steps) - unanswered} requests answered as expected, {unanswered} unanswered as recorded"
     if recorded_death:
         print(f"no difference, and QEMU lived (when recorded: {recorded_death}): {counted}")
     else:
