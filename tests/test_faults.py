@@ -433,3 +433,39 @@ def test_old_artefacts_go_only_when_a_run_writes_new_ones(tmp_path: Path, qemu_u
     assert "removed 1 case directories of an earlier run from v9p-artefacts" in out, out
     assert not yesterday.exists()
     assert list((tmp_path / "v9p-artefacts").rglob("reproducer.9p")), out
+
+
+HUNG = textwrap.dedent(
+    """
+    import os, signal
+    from fixtures.case_path import case_path
+    from harness.p9.messages import Twrite
+    from harness.p9.session import Session
+
+    @case_path("fault/hung", backends=["synth"])
+    def test_hung(device):
+        p9 = Session(device.channel)  # a session of the case's own, not the fixture's
+        p9.version(8192)
+        p9.attach(0)
+        fid = p9.walk_fid(0, ["FLUSH"])
+        p9.lopen(fid, 1)
+        p9.send(Twrite(fid=fid, offset=0, data=b"\\x01"))  # blocks in the server until flushed
+        os.kill(device.machine.pid, signal.SIGSTOP)  # QEMU stops answering
+        p9.getattr(0)
+    """
+)
+
+
+def test_a_hang_leaves_its_evidence(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """A QEMU that stops answering gets what a crash gets: the case's 9P trace (of a session the
+    case made itself too), the requests still outstanding named, a reproducer, QEMU's output; and
+    it is killed."""
+    out, _ = run_pytest(tmp_path, qemu_under_test, source=HUNG).communicate(timeout=120)
+    assert "1 failed" in out, out
+    assert "QEMU stopped answering" in out and "tag 0: Twrite(fid=1, offset=0, data=b'\\x01')" in out, out
+    (where,) = (tmp_path / "v9p-artefacts").iterdir()
+    assert "Twrite(fid=1" in (where / "outstanding.txt").read_text()
+    assert "Twalk(fid=0, newfid=1, wnames=['FLUSH'])" in (where / "9p-trace.txt").read_text()
+    assert "# qemu-hung: stopped answering at request 6" in (where / "reproducer.9p").read_text()
+    assert (where / "qemu-output.txt").exists() and (where / "argv.txt").exists()
+    _assert_no_qemu(tmp_path)

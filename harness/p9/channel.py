@@ -117,6 +117,7 @@ class Channel:
         for a reset."""
         self.driver = driver
         self.diagnostics = diagnostics
+        self._sessions: list[object] = []
         self._in_flight: dict[int, Request] = {}
         self._done: dict[int, Completion] = {}
         self._completed = 0
@@ -124,6 +125,15 @@ class Channel:
         self._batching = False
         #: seconds spent moving frames into guest memory and replies out of it (the harness's share)
         self.transfer_seconds = 0.0
+
+    def session_opened(self, session: object) -> None:
+        """A session was opened on this channel (the session says so itself): kept until the next
+        reset, for the evidence of whatever case is using the device."""
+        self._sessions.append(session)
+
+    def sessions(self) -> list[object]:
+        """The sessions opened since the last reset, oldest first."""
+        return list(self._sessions)
 
     def reset(self, features: int | None = None) -> None:
         """Per-test queue reset: device reset, queue set up again, every request forgotten.
@@ -133,6 +143,7 @@ class Channel:
         if self.abandoned:
             raise DeviceError("this channel was abandoned with requests in flight: start a new QEMU")
         self.driver.reset(features)
+        self._sessions.clear()
         self._in_flight.clear()
         self._done.clear()
         self._completed = 0

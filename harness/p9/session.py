@@ -154,6 +154,8 @@ class Pending(Generic[R]):
         self.tag = tag
         self.handle = handle
         self._reply: Reply | None = None
+        #: when it went out (time.monotonic): how long an unanswered one has waited
+        self.sent_at = time.monotonic()
 
     @property
     def head(self) -> int:
@@ -206,6 +208,11 @@ class Session:
         self.history: deque[Record] = deque(maxlen=HISTORY)
         #: called once, just before the next request goes out (call_before_next_send)
         self._before_next_send: list[Callable[[], None]] = []
+        # the channel may keep the sessions opened on it: a case's evidence then has the trace of
+        # a session the case made itself, not only of the one a fixture gave it
+        opened = getattr(channel, "session_opened", None)
+        if callable(opened):
+            opened(self)
 
     def __enter__(self) -> Session:
         return self
@@ -379,6 +386,13 @@ class Session:
             self._next_fid += 1
         fid, self._next_fid = self._next_fid, self._next_fid + 1
         return fid
+
+    def outstanding(self) -> list[str]:
+        """The requests sent and not answered, oldest first: ``tag 0: Twrite(...), 10.2 s``. Asks
+        nothing of the device (it may be the one that stopped answering)."""
+        now = time.monotonic()
+        waiting = sorted((p for p in self._tags.values() if p._reply is None), key=lambda p: p.sent_at)
+        return [f"tag {p.tag}: {p.describe()}, {now - p.sent_at:.1f} s without a reply" for p in waiting]
 
     def forget(self) -> None:
         """The device was reset: the server holds none of this session's fids or tags any more."""

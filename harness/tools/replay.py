@@ -251,6 +251,9 @@ def _judge(conn: Connection, steps: list[Step], local: bool, recorded_death: str
                 return _verdict_present(index, step, difference)
         conn.session.close(check=False)
     except (QEMUError, QTestError) as err:
+        if conn.machine.unresponsive:
+            print(f"QEMU stopped answering at request {index} ({type(err).__name__})")
+            return PRESENT
         status = conn.machine.exit_status
         death = f"QEMU died: {describe_exit(status)} at request {index}"
         same = recorded_death is not None and recorded_death.endswith(f"at request {index}")
