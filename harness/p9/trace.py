@@ -36,8 +36,34 @@ from harness.p9 import wire
 
 MAGIC = "# virtio9p-harness reproducer"
 END = "# end: "
-#: the expectation of a request the case wanted to succeed (an Rlerror ended it): ``<== success``
+#: the errno of a request the case wanted to succeed (an Rlerror ended it): ``<== success``
 SUCCESS = 0
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What the case wanted of one reply: an errno (:data:`SUCCESS`: a reply of the request's own
+    type), or a field of the reply no larger than a bound (``<== msize at most 4186112``)."""
+
+    errno: int | None = None
+    field: str = ""
+    at_most: int = 0
+
+    def line(self) -> str:
+        if self.errno is None:
+            return f"<== {self.field} at most {self.at_most}"
+        return f"<== {'success (no error)' if self.errno == SUCCESS else wire.describe_rlerror(self.errno)}"
+
+    @classmethod
+    def parse(cls, line: str) -> Expectation:
+        if line.startswith("<== success"):
+            return cls(SUCCESS)
+        if " at most " in line:
+            field, bound = line[4:].split(" at most ")
+            return cls(field=field.strip(), at_most=int(bound))
+        return cls(int(line.rsplit("(", 1)[1].rstrip(")")))
+
+
 #: header values replay can make; anything else is refused, never replayed as the default
 BACKENDS = ("synth", "local")
 TRANSPORTS = ("modern", "legacy")
@@ -76,10 +102,9 @@ def format_records(records: Iterable[Record]) -> str:
 
 
 def write_reproducer(
-    path: Path, records: Iterable[Record], header: Mapping[str, str], expected: Mapping[int, int] | None = None
+    path: Path, records: Iterable[Record], header: Mapping[str, str], expected: Mapping[int, Expectation] | None = None
 ) -> Path:
-    """Write the exchange; ``expected`` maps a record's index to the errno the case wanted there
-    (:data:`SUCCESS`: no error)."""
+    """Write the exchange; ``expected`` maps a record's index to what the case wanted of it."""
     lines = [MAGIC, *(f"# {key}: {value}" for key, value in header.items())]
     lines.append(f"# replay: {sys.executable} -m harness replay {path}")
     for index, record in enumerate(records):
@@ -89,8 +114,7 @@ def write_reproducer(
         body = record.frame.hex() if record.frame else f"(empty,tag={record.tag})"
         lines.append(f"{record.direction} {body}  {shown}".rstrip())
         if expected and index in expected:
-            wanted = expected[index]
-            lines.append(f"<== {wire.describe_rlerror(wanted) if wanted != SUCCESS else 'success (no error)'}")
+            lines.append(expected[index].line())
     lines.append(_end_line(lines))
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -114,7 +138,7 @@ class Step:
 
     request: bytes
     reply: bytes | None
-    expected_errno: int | None = None
+    expected: Expectation | None = None
     #: the reply came before the next request went out: replay waits for it in line
     in_line: bool = False
 
@@ -266,9 +290,8 @@ def _parse(lines: list[str]) -> tuple[dict[str, str], list[Step]]:
             at = last_answered = _awaiting(steps, tag)
             steps[at] = Step(steps[at].request, reply, in_line=at == len(steps) - 1)
         elif line.startswith("<== ") and steps:
-            code = SUCCESS if line.startswith("<== success") else int(line.rsplit("(", 1)[1].rstrip(")"))
             at = last_answered
-            steps[at] = Step(steps[at].request, steps[at].reply, code, steps[at].in_line)
+            steps[at] = Step(steps[at].request, steps[at].reply, Expectation.parse(line), steps[at].in_line)
         elif line.strip() and not line.startswith("#"):
             raise P9ProtocolError(f"line {number}: cannot read {line[:60]!r}")
     return header, steps

@@ -117,21 +117,34 @@ def _comparable(frame: bytes, local: bool) -> Any:
 def _differs(step: Step, frame: bytes | None, local: bool, died: bool) -> str | None:
     """Why this reply breaks the expectation, or None. A request unanswered when recorded must stay
     unanswered, unless QEMU had died then (any answer will do: it is the death that is judged)."""
+    wanted = step.expected
     if frame is None:
-        return "no reply (QEMU hangs on it)" if step.reply is not None or step.expected_errno is not None else None
-    if step.expected_errno == SUCCESS:
+        return "no reply (QEMU hangs on it)" if step.reply is not None or wanted is not None else None
+    if wanted is not None and wanted.errno is None:  # a field's bound
+        value = getattr(_decoded(frame), wanted.field, None)
+        if isinstance(value, int) and value <= wanted.at_most:
+            return None
+        return f"expected {wanted.field} at most {wanted.at_most}, got {_shown(frame)}"
+    if wanted is not None and wanted.errno == SUCCESS:
         if _errno_of(frame) is None and _answers(step.request, frame):
             return None
         return f"expected success, got {_shown(frame)}"
-    if step.expected_errno is not None:
-        if _errno_of(frame) == step.expected_errno:
+    if wanted is not None and wanted.errno is not None:
+        if _errno_of(frame) == wanted.errno:
             return None
-        return f"expected {wire.describe_rlerror(step.expected_errno)}, got {_shown(frame)}"
+        return f"expected {wire.describe_rlerror(wanted.errno)}, got {_shown(frame)}"
     if step.reply is None:
         return None if died else f"unanswered when recorded, now answered {_shown(frame)}"
     if _comparable(frame, local) != _comparable(step.reply, local):
         return f"recorded {_shown(step.reply)}, got {_shown(frame)}"
     return None
+
+
+def _decoded(frame: bytes) -> wire.Message | None:
+    try:
+        return wire.decode(frame)
+    except P9ProtocolError:
+        return None
 
 
 def replay(path: Path, explicit: str | None, timeout: float = 10.0, *, find_fix: bool = False) -> int:
@@ -246,7 +259,7 @@ def _judge(conn: Connection, steps: list[Step], local: bool, recorded_death: str
                 return _verdict_present(index, step, difference)
         for index, step, pending in deferred:
             # a request unanswered when recorded is given a short while to stay so
-            wait = timeout if step.reply is not None or step.expected_errno is not None else UNANSWERED_WAIT
+            wait = timeout if step.reply is not None or step.expected is not None else UNANSWERED_WAIT
             if (difference := _differs(step, _reply(pending, wait), local, died)) is not None:
                 return _verdict_present(index, step, difference)
         conn.session.close(check=False)
@@ -259,7 +272,7 @@ def _judge(conn: Connection, steps: list[Step], local: bool, recorded_death: str
         same = recorded_death is not None and recorded_death.endswith(f"at request {index}")
         print(f"{death}{', as recorded' if same else ''} ({type(err).__name__})")
         return PRESENT
-    unanswered = sum(1 for step in steps if step.reply is None and step.expected_errno is None)
+    unanswered = sum(1 for step in steps if step.reply is None and step.expected is None)
     counted = f"all {len(steps)} requests answered as expected"
     if unanswered:
         counted = f"{len(steps) - unanswered} requests answered as expected, {unanswered} unanswered as recorded"
@@ -275,7 +288,7 @@ def _unjudgeable(header: dict[str, str], steps: list[Step]) -> str | None:
     run whose check was not on a 9P reply, nor a death, records the broken answers only, and
     answers that match them or not say nothing sure about the bug."""
     failed = header.get("outcome") in ("failed", "xfailed")
-    if not failed or header.get("qemu-died") or any(step.expected_errno is not None for step in steps):
+    if not failed or header.get("qemu-died") or any(step.expected is not None for step in steps):
         return None
     case = header.get("case", "")
     name = case.split("[", 1)[1].rstrip("]") if "[" in case else case

@@ -1,0 +1,57 @@
+"""Every known bug fixed between 7.2.22 and 10.0.13 can be bisected from its reproducer: recorded on
+7.2.22, ``replay --find-fix`` says "still broken" there (0) and "the fix is here" on 10.0.13 (1)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.qemu import provision
+from harness.tools import known_bugs
+from tests.subrun import PROJECT
+
+OLD, NEW = "7.2.22", "10.0.13"
+
+
+def _selection(case: str) -> str:
+    """``local/readonly/refused/*/Topen_OREAD_OTRUNC`` as a -k expression."""
+    pieces = [piece for piece in case.split("*") if piece]
+    return "(" + " and ".join(pieces) + ")"
+
+
+def test_each_fix_since_72_is_found_by_replay_find_fix(tmp_path: Path) -> None:
+    old, new = provision.cached_build(origin="bookworm"), provision.cached_build(origin="trixie")
+    if old is None or new is None:
+        pytest.skip("needs the 7.2.22 and 10.0.13 builds in the cache (python -m harness qemu build bookworm|trixie)")
+    fixed = [bug.case for bug in known_bugs.known_bugs() if bug.present_in(OLD) and not bug.present_in(NEW)]
+    assert fixed, "no known bug is fixed between 7.2.22 and 10.0.13: this test checks nothing"
+    selection = " or ".join(map(_selection, fixed))
+    recorded = subprocess.run(
+        [sys.executable, "-m", "pytest", "cases/", "-q", "-p", "no:cacheprovider", f"--qemu-binary={old}",
+         f"--trace-dir={tmp_path}", f"--artefact-dir={tmp_path / 'artefacts'}", "-k", selection],
+        cwd=PROJECT, capture_output=True, text=True, timeout=600, check=False,
+    ).stdout  # fmt: skip
+    assert re.search(r"\d+ xfailed", recorded) and not re.search(r"\d+ failed", recorded), recorded[-3000:]
+    reproducers = sorted(tmp_path.glob("*/reproducer.9p"))
+    for case in fixed:  # every bug has at least one reproducer
+        name = re.sub(r"[^\w.-]", "_", case.split("*")[0].strip("/"))
+        assert any(name in str(path) for path in reproducers), (case, reproducers)
+
+    def verdict(path: Path, binary: Path) -> tuple[int, str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "harness", "replay", str(path), "--find-fix", f"--qemu-binary={binary}"],
+            cwd=PROJECT, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        return done.returncode, done.stdout + done.stderr
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        runs = {(path, binary): pool.submit(verdict, path, binary) for path in reproducers for binary in (old, new)}
+    for (path, binary), future in runs.items():
+        status, said = future.result()
+        wanted = 0 if binary == old else 1
+        assert status == wanted, (path.parent.name, str(binary), said)
