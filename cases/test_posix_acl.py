@@ -54,14 +54,20 @@ def get_xattr(p9: Session, fid: int, name: str) -> bytes:
     return data
 
 
-def node(place: Place, which: str) -> tuple[int, str]:
-    """A file (access ACL) or directory (default ACL) with mode 0640/0750; its fid and host name."""
+def host_node(place: Place, which: str) -> str:
+    """A file (access ACL) or directory (default ACL) with mode 0640/0750 on the host; its ACL's name."""
     if which == "access":
         place.host_path("n").write_bytes(b"acl")
         os.chmod(place.host_path("n"), 0o640)
     else:
         place.host_path("n").mkdir(0o750)
-    return place.session.walk_fid(place.fid, ["n"]), ACCESS if which == "access" else DEFAULT
+    return ACCESS if which == "access" else DEFAULT
+
+
+def node(place: Place, which: str) -> tuple[int, str]:
+    """The same, walked to: its fid and its ACL's name."""
+    name = host_node(place, which)
+    return place.session.walk_fid(place.fid, ["n"]), name
 
 
 @case_path("posix_acl/{security_model}/{which}", backends=["local"], security_model=list(MAPPED),
@@ -133,8 +139,9 @@ def test_host_acl_listed_and_readable(place: Place, security_model: str, which: 
     names, the client can read, and what it reads is the ACL (passthrough); under none ACLs are
     hidden from the listing and refused, removal included (EOPNOTSUPP)."""
     p9 = place.session
-    fid, name = node(place, which)
-    os.setxattr(place.host_path("n"), name, ACL)
+    name = host_node(place, which)
+    os.setxattr(place.host_path("n"), name, ACL)  # before the first 9P request: a reproducer has it
+    fid = p9.walk_fid(place.fid, ["n"])
     listed = [n for n in get_xattr(p9, fid, "").split(b"\0") if n]
     for listed_name in listed:
         assert get_xattr(p9, fid, listed_name.decode()) is not None

@@ -156,6 +156,9 @@ def _awaiting(steps: list[Step], tag: int) -> int:
 #: Files above this size, and all files once this much is recorded, are recorded by size only
 #: (zeros on replay): a reproducer stays a file one can attach to a bug report.
 HOST_FILE_LIMIT = 1 << 20
+#: the xattrs a snapshot keeps: the client's own and POSIX ACLs (a case's host ACL is part of
+#: what it set up; security.* and trusted.* are the host's business)
+KEPT_XATTRS = ("user.", "system.posix_acl_")
 HOST_TOTAL_LIMIT = 4 << 20
 
 
@@ -178,7 +181,7 @@ def snapshot_host(directory: Path) -> list[dict[str, object]]:
         if not stat.S_ISLNK(st.st_mode):
             names = os.listxattr(path, follow_symlinks=False)
             entry["xattrs"] = {
-                n: os.getxattr(path, n, follow_symlinks=False).hex() for n in names if n.startswith("user.")
+                n: os.getxattr(path, n, follow_symlinks=False).hex() for n in names if n.startswith(KEPT_XATTRS)
             }
         if stat.S_ISLNK(st.st_mode):
             entry.update(kind="symlink", target=os.readlink(path))
