@@ -311,7 +311,7 @@ def test_case_after_a_killed_qemu_gets_a_fresh_one(tmp_path: Path, qemu_under_te
     )
     assert (artefacts / "exit-status.txt").read_text().strip() == "killed by SIGKILL (-9)"
     assert (artefacts / "qemu-output.txt").exists()
-    assert "test_b_after" not in out.split("QEMU died during")[1]
+    assert "test_b_after" not in out.split("QEMU died or hung during")[1]
 
 
 def test_blocked_request_does_not_poison_the_next_case(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
@@ -463,6 +463,7 @@ def test_a_hang_leaves_its_evidence(tmp_path: Path, qemu_under_test: QemuUnderTe
     out, _ = run_pytest(tmp_path, qemu_under_test, source=HUNG).communicate(timeout=120)
     assert "1 failed" in out, out
     assert "QEMU stopped answering" in out and "tag 0: Twrite(fid=1, offset=0, data=b'\\x01')" in out, out
+    assert "QEMU died or hung during 1 case(s)" in out and "stopped answering, killed" in out, out
     (where,) = (tmp_path / "v9p-artefacts").iterdir()
     assert "Twrite(fid=1" in (where / "outstanding.txt").read_text()
     assert "Twalk(fid=0, newfid=1, wnames=['FLUSH'])" in (where / "9p-trace.txt").read_text()
