@@ -27,7 +27,7 @@ from harness.p9.messages import (
 )
 
 #: 9P2000.L: name -> the request and its errno
-DOTL: dict[str, Refusal] = {
+REFUSED_DOTL: dict[str, Refusal] = {
     "walk/unknown_fid": Refusal(lambda t: Twalk(fid=UNKNOWN, newfid=FREE, wnames=["f"]), errno.ENOENT),
     "walk/newfid_in_use": Refusal(lambda t: Twalk(fid=t.dir, newfid=0, wnames=["f"]), errno.EINVAL),
     "walk/open_fid_onto_itself": Refusal(
@@ -60,7 +60,7 @@ DOTL: dict[str, Refusal] = {
     ),
 }
 #: 9P2000.u's own
-DOTU: dict[str, Refusal] = {
+REFUSED_DOTU: dict[str, Refusal] = {
     "create/unknown_fid": Refusal(
         lambda t: Tcreate(fid=UNKNOWN, name="n", perm=0o644, mode=0, extension=""), errno.EINVAL
     ),
@@ -102,13 +102,13 @@ def populate(host: Path) -> None:
     (host / "d").mkdir()
 
 
-@case_path("refused/{message}", backends=["local"], dialect=[wire.DOTL], message=list(DOTL))
+@case_path("refused/{message}", backends=["local"], dialect=[wire.DOTL], message=list(REFUSED_DOTL))
 def test_refused_request(place: Place, dialect: str, message: str) -> None:
     """9P2000.L: each refusal with its errno, and nothing changed."""
-    refused(place, DOTL[message], populate)
+    refused(place, REFUSED_DOTL[message], populate)
 
 
-@case_path("refused/dotu/{message}", backends=["local"], dialect=[wire.DOTU], message=list(DOTU))
+@case_path("refused/dotu/{message}", backends=["local"], dialect=[wire.DOTU], message=list(REFUSED_DOTU))
 def test_refused_dotu_request(place: Place, dialect: str, message: str) -> None:
     """9P2000.u's own: each refusal with its errno, and nothing changed."""
-    refused(place, DOTU[message], populate)
+    refused(place, REFUSED_DOTU[message], populate)
