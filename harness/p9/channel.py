@@ -82,10 +82,12 @@ def with_tails(chain: list[Buffer], out_tail: Region | None, in_tail: Region | N
     return tuple(chain)
 
 
-@dataclass
+@dataclass(eq=False)
 class Request:
     """One submitted chain: where its frame and reply buffer live. The reply buffer starts the
-    request's guest block (frame and any indirect table follow it), which is freed at completion."""
+    request's guest block (frame and any indirect table follow it), which is freed at completion.
+    Compared and hashed by identity: a completion belongs to its request, not to its descriptor
+    head, which a later request reuses once the device has returned it."""
 
     head: int
     out_addr: int
@@ -119,7 +121,7 @@ class Channel:
         self.diagnostics = diagnostics
         self._sessions: list[object] = []
         self._in_flight: dict[int, Request] = {}
-        self._done: dict[int, Completion] = {}
+        self._done: dict[Request, Completion] = {}  # by request: a head is reused
         self._completed = 0
         self.abandoned = False
         self._batching = False
@@ -229,12 +231,12 @@ class Channel:
         start = time.monotonic()
         next_check = start + HEALTH_CHECK_INTERVAL
         polls = 0
-        while request.head not in self._done:
-            if request.head not in self._in_flight:
+        while request not in self._done:
+            if self._in_flight.get(request.head) is not request:
                 raise DeviceError(f"request with head {request.head} is not in flight")
             self._poll(request)
             polls += 1
-            if request.head in self._done:
+            if request in self._done:
                 break
             now = time.monotonic()
             if now - start > timeout:
@@ -244,12 +246,11 @@ class Channel:
                 next_check = now + HEALTH_CHECK_INTERVAL
             if polls > 100:
                 time.sleep(0.0002)
-        return self._done.pop(request.head)
+        return self._done.pop(request)
 
     def completed(self, request: Request) -> bool:
         """Whether an earlier poll found ``request`` complete (its completion not yet taken)."""
-        done = self._done.get(request.head)
-        return done is not None and done.request is request
+        return request in self._done
 
     def poll(self) -> list[Completion]:
         """Collect whatever has completed; returns and forgets every finished request."""
@@ -284,7 +285,7 @@ class Channel:
 
     def _finish(self, request: Request, elem: UsedElem, reply: bytes, server: float) -> None:
         self.driver.allocator.free(request.in_addr)
-        self._done[request.head] = Completion(request, elem.length, reply, self._completed, server)
+        self._done[request] = Completion(request, elem.length, reply, self._completed, server)
         self._completed += 1
 
     def _check_health(self) -> None:

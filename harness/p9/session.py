@@ -156,6 +156,8 @@ class Pending(Generic[R]):
         self._reply: Reply | None = None
         #: when it went out (time.monotonic): how long an unanswered one has waited
         self.sent_at = time.monotonic()
+        #: the protocol error its reply showed when the session settled it unawaited
+        self._broken: P9ProtocolError | None = None
 
     @property
     def head(self) -> int:
@@ -172,6 +174,8 @@ class Pending(Generic[R]):
 
     def wait(self, timeout: float | None = None) -> Reply:
         """Wait for the device to return the buffer; no checks on what it holds."""
+        if self._broken is not None:
+            raise self._broken  # found when the session settled it: said to whoever waits
         if self._reply is None:
             self._reply = self.session._complete(self, timeout)
         return self._reply
@@ -369,7 +373,18 @@ class Session:
             return tag
         return wire.NOTAG if isinstance(request, Tversion) else self._free_tag()
 
+    def _settle(self) -> None:
+        """Complete the requests nobody has waited for whose replies the channel already holds:
+        their tags are free again and their fids counted, whatever order (or none) the caller
+        waits in. A reply that breaks the protocol is kept for whoever waits for it."""
+        for pending in [p for p in self._tags.values() if p._reply is None and p.done()]:
+            try:
+                pending.wait(0)
+            except P9ProtocolError as err:
+                pending._broken = err
+
     def _free_tag(self) -> int:
+        self._settle()
         for tag in range(wire.NOTAG):
             if tag not in self._tags:
                 return tag
@@ -517,6 +532,8 @@ class Session:
         """Close the session; with ``check``, raise :class:`LeakError` for open tags or fids."""
         if self.state is State.CLOSED:
             return
+        if check:
+            self._settle()
         self.state = State.CLOSED
         if not check:
             return

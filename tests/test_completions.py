@@ -1,0 +1,58 @@
+"""A reply always reaches the request it answers, whatever the caller waits for, in whatever order:
+against a real QEMU, thousands of mixed batches, a random subset awaited in a random order."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from fixtures.devices import QemuUnderTest
+from harness.p9 import wire
+from harness.p9.messages import Tclunk, Tgetattr, Tstatfs, Twalk
+from harness.p9.session import Pending
+from harness.p9.wire import TMessage
+from harness.qemu import provision
+from harness.tools.connect import connect
+
+SEED = 2026
+ROUNDS = 2000
+
+
+def test_replies_reach_their_requests_in_any_order_of_waiting(qemu_under_test: QemuUnderTest) -> None:
+    rng = random.Random(SEED)
+    config, _ = provision.usable_config(qemu_under_test.binary)
+    with connect(config) as conn:
+        session, fid, highest_tag = conn.session, 100, 0
+        unawaited: list[tuple[Any, Pending[Any]]] = []
+        for _ in range(ROUNDS):
+            batch: list[tuple[Any, Pending[Any]]] = []
+            with session.batch():
+                for _ in range(rng.randint(1, 6)):
+                    kind = rng.randrange(3)
+                    fid += kind == 1
+                    request: TMessage[Any] = (
+                        Tgetattr(fid=0, request_mask=wire.GETATTR_BASIC), Twalk(fid=0, newfid=fid, wnames=[]),
+                        Tstatfs(fid=0),
+                    )[kind]  # fmt: skip
+                    pending = session.send(request)
+                    highest_tag = max(highest_tag, pending.tag)
+                    batch.append((request, pending))
+            awaited = rng.sample(batch, rng.randint(0, len(batch)))
+            for request, pending in awaited:
+                _check(request, pending)
+            unawaited += [item for item in batch if item not in awaited]
+        for request, pending in unawaited:  # answered long ago, settled by the session meanwhile
+            _check(request, pending)
+        assert highest_tag < 64, f"tags of settled requests were not reused: tag {highest_tag} in use"
+        walked = {request.newfid for request, _ in unawaited if isinstance(request, Twalk)}
+        assert walked <= session.fids, "a walk nobody waited for is not counted as a fid"
+        for held in sorted(session.fids - {0}):
+            session.rpc(Tclunk(fid=held))
+        session.clunk(0)
+        session.close()  # no tag, fid or completion left
+
+
+def _check(request: Any, pending: Pending[Any]) -> None:
+    reply = pending.wait()
+    assert type(reply.message) is request.reply_class(), (request, reply.message)
+    assert wire.peek_header(reply.frame)[2] == pending.tag, (request, pending.tag, reply.frame[:7].hex())
