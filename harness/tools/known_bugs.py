@@ -43,6 +43,8 @@ class KnownBug:
     reason: str
     #: the releases that brought the bug (a regression); () for "always there"
     introduced_in: tuple[str, ...] = ()
+    #: a race, seen in some runs only (a non-strict xfail)
+    race: bool = False
 
     def present_in(self, version: str) -> bool:
         return versions.has_bug(version, self.fixed_in, self.introduced_in)
@@ -83,13 +85,13 @@ def _bugs_of(function: ast.FunctionDef, constants: dict[str, ast.expr]) -> list[
         elif name == "pytest.mark.qemu_bug":
             when = value(kwargs["when"]) if "when" in kwargs else {}
             since = tuple(value(kwargs["introduced_in"])) if "introduced_in" in kwargs else ()
-            bugs.append((tuple(value(kwargs["fixed_in"])), value(kwargs["reason"]), when, since))
-    return [
-        KnownBug(
-            f"{when.get('backend', '|'.join(backends))}/{_filled(path, when)}", fixed, " ".join(reason.split()), since
-        )
-        for fixed, reason, when, since in bugs
-    ]
+            race = bool(value(kwargs["race"])) if "race" in kwargs else False
+            bugs.append((tuple(value(kwargs["fixed_in"])), value(kwargs["reason"]), when, since, race))
+    found = []
+    for fixed, reason, when, since, race in bugs:
+        case = f"{when.get('backend', '|'.join(backends))}/{_filled(path, when)}"
+        found.append(KnownBug(case, fixed, " ".join(reason.split()), since, race))
+    return found
 
 
 def _filled(path: str, when: dict[str, str]) -> str:
@@ -109,7 +111,8 @@ def table(bugs: list[KnownBug]) -> str:
             *("bug" if bug.present_in(v) else "fixed" if versions.has(v, bug.fixed_in) else "-"
               for v in versions.KNOWN),
             (f"since {', '.join(bug.introduced_in)}; " if bug.introduced_in else "")
-            + (", ".join(bug.fixed_in) or "no fix known"),
+            + (", ".join(bug.fixed_in) or "no fix known")
+            + (" (a race: seen in some runs)" if bug.race else ""),
         ]
         for number, bug in enumerate(bugs, start=1)
     ]  # fmt: skip
