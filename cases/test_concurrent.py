@@ -28,7 +28,19 @@ import pytest
 from fixtures.case_path import case_path
 from fixtures.place import Place
 from harness.p9 import wire
-from harness.p9.messages import Rlerror, Rread, Rreaddir, Tgetattr, Tread, Treaddir, Trenameat, Tunlinkat, Twalk
+from harness.p9.messages import (
+    Rlerror,
+    Rread,
+    Rreaddir,
+    Tclunk,
+    Tgetattr,
+    Tread,
+    Treaddir,
+    Trenameat,
+    Tunlinkat,
+    Tversion,
+    Twalk,
+)  # fmt: skip
 from harness.p9.session import Pending, Session
 from harness.p9.wire import TMessage
 
@@ -81,11 +93,11 @@ class Model:
         raise AssertionError(op)
 
 
-def serial_outcomes(ops: list[str]) -> set[tuple[Outcome, ...]]:
+def serial_outcomes(ops: list[str], model_of: Callable[[], Any] = Model) -> set[tuple[Outcome, ...]]:
     """What every serial order of ``ops`` answers, each as a tuple in the order of ``ops``."""
     found = set()
     for order in itertools.permutations(range(len(ops))):
-        model, answers = Model(), [None] * len(ops)
+        model, answers = model_of(), [None] * len(ops)
         for index in order:
             answers[index] = model.apply(ops[index])
         found.add(tuple(answers))
@@ -130,7 +142,7 @@ REQUESTS: dict[str, Callable[[Fids], TMessage[Any]]] = {
 WRITERS = ("rename_f_g", "rename_s_t", "unlink_g")
 
 
-def observed(op: str, pending: Pending[Any]) -> Outcome:
+def observed(pending: Pending[Any]) -> Outcome:
     message = pending.wait().message
     if isinstance(message, Rlerror):
         return errno.errorcode.get(message.ecode, str(message.ecode))
@@ -161,16 +173,40 @@ def one_round(p9: Session, place: Place, rng: random.Random, staggered: bool) ->
     readers = [op for op in REQUESTS if op not in WRITERS]
     ops = rng.sample(list(WRITERS), rng.randint(1, len(WRITERS))) + rng.sample(readers, rng.randint(1, 3))
     rng.shuffle(ops)
-    pendings = []
-    if staggered:
-        pendings = [p9.send(REQUESTS[op](fids)) for op in ops]  # one kick each
-    else:
-        with p9.batch():  # one kick for all
-            pendings = [p9.send(REQUESTS[op](fids)) for op in ops]
-    answers = tuple(observed(op, pending) for op, pending in zip(ops, pendings, strict=True))
+    answers = send_group(p9, [REQUESTS[op](fids) for op in ops], staggered)
     for fid in sorted(p9.fids - {0, place.fid}):
         p9.clunk(fid)
     return ops, answers
+
+
+def send_group(p9: Session, requests: list[TMessage[Any]], staggered: bool) -> tuple[Outcome, ...]:
+    """All of ``requests`` in flight together: in one kick, or one kick each; then every answer."""
+    if staggered:
+        pendings = [p9.send(request) for request in requests]
+    else:
+        with p9.batch():
+            pendings = [p9.send(request) for request in requests]
+    return tuple(observed(pending) for pending in pendings)
+
+
+def round_seeds(request: pytest.FixtureRequest) -> list[int]:
+    """A seed per round, drawn from the case's id (the same rounds every run), or the one
+    ``--concurrent-seed`` names."""
+    given = request.config.getoption("--concurrent-seed")
+    if given is not None:
+        return [given]
+    rounds = request.config.getoption("--concurrent-rounds")
+    return [random.Random(f"{request.node.nodeid}/{n}").randrange(1 << 32) for n in range(rounds)]
+
+
+def assert_serial(request: pytest.FixtureRequest, seed: int, ops: list[str], answers: tuple[Outcome, ...],
+                  model_of: Callable[[], Any] = Model) -> None:  # fmt: skip
+    __tracebackhide__ = True
+    allowed = serial_outcomes(ops, model_of)
+    assert answers in allowed, (
+        f"round of seed {seed} (replay it alone: -k '{request.node.callspec.id}' --concurrent-seed {seed}): {ops} "
+        f"were answered {answers}, which no serial order gives; serial orders give {sorted(map(str, allowed))[:6]}"
+    )
 
 
 class ListingRaceSeen(AssertionError):
@@ -199,25 +235,15 @@ def test_rename_under_readers(place: Place, device: Any, request: pytest.Fixture
     is the known race: the round's other replies must still linearize, and the case ends as that
     race's xfail, naming the seeds that saw it."""
     p9 = place.session
-    given = request.config.getoption("--concurrent-seed")
-    rounds = request.config.getoption("--concurrent-rounds")
-    # a seed per round, drawn from the case's own (its id: the same rounds every run)
-    seeds = [given] if given is not None else [random.Random(f"{request.node.nodeid}/{n}").randrange(1 << 32)
-                                               for n in range(rounds)]  # fmt: skip
     pid = device.machine.pid
     before = qemu_fds(pid)
     raced = []
-    for seed in seeds:
+    for seed in round_seeds(request):
         ops, answers = one_round(p9, place, random.Random(seed), kick == "staggered")
         if multidevs == "remap" and "readdir" in ops and answers[ops.index("readdir")] == "ENOENT":
             raced.append(seed)
             ops, answers = _without(ops, answers, "readdir")
-        allowed = serial_outcomes(ops)
-        assert answers in allowed, (
-            f"round of seed {seed} (replay it alone: -k '{request.node.callspec.id}' --concurrent-seed {seed}): "
-            f"{ops} were answered {answers}, which no serial order gives; serial orders give "
-            f"{sorted(map(str, allowed))[:6]}"
-        )
+        assert_serial(request, seed, ops, answers)
         assert device.alive()
     assert qemu_fds(pid) == before, f"QEMU holds {qemu_fds(pid) - before} more host fds after the rounds"
     if raced:
@@ -227,3 +253,66 @@ def test_rename_under_readers(place: Place, device: Any, request: pytest.Fixture
 def _without(ops: list[str], answers: tuple[Outcome, ...], op: str) -> tuple[list[str], tuple[Outcome, ...]]:
     at = ops.index(op)
     return ops[:at] + ops[at + 1 :], answers[:at] + answers[at + 1 :]
+
+
+@dataclass
+class FidModel:
+    """One fid's life: alive until a Tclunk or a Tversion (which drops every fid). On a fid the
+    server does not hold, Tread is EINVAL, Tgetattr, Twalk and Tclunk ENOENT (QEMU's answers, as
+    refused/* pins them); Tversion always answers."""
+
+    alive: bool = True
+
+    def apply(self, op: str) -> Outcome:
+        if op == "read":
+            return CONTENT if self.alive else "EINVAL"
+        if op in ("getattr", "walk"):
+            return "ok" if self.alive else "ENOENT"
+        if op == "clunk":
+            was, self.alive = self.alive, False
+            return "ok" if was else "ENOENT"
+        if op == "version":
+            self.alive = False
+            return "ok"
+        raise AssertionError(op)
+
+
+FID_REQUESTS: dict[str, Callable[[Session, int], TMessage[Any]]] = {
+    "read": lambda p9, fid: Tread(fid=fid, offset=0, count=100),
+    "getattr": lambda p9, fid: Tgetattr(fid=fid, request_mask=wire.GETATTR_BASIC),
+    "walk": lambda p9, fid: Twalk(fid=fid, newfid=p9.new_fid(), wnames=[]),
+    "clunk": lambda p9, fid: Tclunk(fid=fid),
+    "version": lambda p9, fid: Tversion(msize=8192, version=wire.DOTL),
+}
+
+
+@case_path("concurrent/fid_lifetime/{kick}", kick=["one_kick", "staggered"])
+def test_fid_clunked_or_dropped_with_requests_in_flight(
+    p9: Session, device: Any, request: pytest.FixtureRequest, backend: str, kick: str
+) -> None:
+    """Tclunk (twice) and Tversion of an open fid while reads, attribute reads and walks of it are
+    in flight: every answer one of some serial order (before the clunk it works, after it the
+    fid is unknown), QEMU alive, no host fd left behind."""
+    pid = device.machine.pid
+    before = qemu_fds(pid)
+    name = "LOPEN" if backend == "synth" else "concurrent-fid-lifetime"
+    if backend == "local":
+        (Path(device.machine.config.fs.path) / name).write_bytes(CONTENT)
+    for seed in round_seeds(request):
+        rng = random.Random(seed)
+        p9.version(8192)
+        p9.attach(0)
+        fid = p9.walk_fid(0, [name])
+        p9.lopen(fid, os.O_RDONLY)
+        readers = ["getattr", "walk"] + (["read"] if backend == "local" else [])
+        ops = rng.sample(["clunk", "clunk", "version"], rng.randint(1, 3)) + rng.sample(
+            readers, rng.randint(1, len(readers))
+        )
+        rng.shuffle(ops)
+        answers = send_group(p9, [FID_REQUESTS[op](p9, fid) for op in ops], kick == "staggered")
+        assert_serial(request, seed, ops, answers, FidModel)
+        assert device.alive()
+        p9.version(8192)  # whatever the round left: every fid dropped
+    assert qemu_fds(pid) == before, f"QEMU holds {qemu_fds(pid) - before} more host fds after the rounds"
+    if backend == "local":
+        (Path(device.machine.config.fs.path) / name).unlink()
