@@ -85,6 +85,16 @@ FsConfig = SynthFs | LocalFs
 
 
 @dataclass(frozen=True)
+class Resources:
+    """A QEMU process's footprint at one moment (:meth:`Machine.resources`)."""
+
+    rss_kib: int
+    hwm_kib: int
+    fds: int
+    nofile: int
+
+
+@dataclass(frozen=True)
 class MachineConfig:
     """Everything that goes into QEMU's argv.  Equal configs can share a QEMU process."""
 
@@ -444,6 +454,19 @@ class Machine:
 
     def is_running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    def resources(self) -> Resources:
+        """What the running QEMU holds now, from /proc: resident memory, its high-water mark,
+        open file descriptors, and its soft RLIMIT_NOFILE."""
+        if self.pid is None:
+            raise HarnessMisuse("resources of a QEMU that was never started")
+        status = dict(line.split(":", 1) for line in Path(f"/proc/{self.pid}/status").read_text().splitlines())
+        limits = Path(f"/proc/{self.pid}/limits").read_text()
+        nofile = re.search(r"^Max open files\s+(\d+)", limits, re.MULTILINE)
+        return Resources(
+            rss_kib=int(status["VmRSS"].split()[0]), hwm_kib=int(status["VmHWM"].split()[0]),
+            fds=len(os.listdir(f"/proc/{self.pid}/fd")), nofile=int(nofile.group(1)) if nofile else 0,
+        )  # fmt: skip
 
     @property
     def exit_status(self) -> int | None:

@@ -1,0 +1,118 @@
+"""What a client can make QEMU hold: memory (VmHWM, the high-water mark of its resident set, from
+/proc/PID/status) and host file descriptors (/proc/PID/fd), measured around requests that pile up
+server state or lie about what they will send. Each case runs on a QEMU of its own, so the
+high-water mark is this case's; each bound is written beside the case with why.
+
+SLACK is what a QEMU's resident set moves by without any client doing anything in particular
+(glib's and the coroutine pools' growth, thread stacks being touched): a finding has to be above it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+
+import pytest
+
+from fixtures.case_path import case_path
+from fixtures.place import Place
+from harness.p9.messages import Rlerror, Tclunk, Tlopen, Twalk, Txattrcreate
+from harness.p9.session import Pending, Session
+from harness.qemu import versions
+
+KIB = 1024
+SLACK_KIB = 24 * KIB
+#: V9FS_MAX_XATTR_DEFAULT: the xattr fids a client may hold at once since the max_xattr fix
+XATTR_FIDS_ALLOWED = 1024
+XATTR_SIZE = 64 * KIB  # XATTR_SIZE_MAX: the largest value a Txattrcreate may announce
+BATCH = 60  # requests in flight at once (the ring holds 64 two-descriptor chains)
+
+
+def in_batches(p9: Session, requests: list[Any]) -> list[Any]:
+    """Every reply message, the requests sent BATCH at a time."""
+    replies = []
+    for start in range(0, len(requests), BATCH):
+        with p9.batch():
+            pendings: list[Pending[Any]] = [p9.send(r) for r in requests[start : start + BATCH]]
+        replies += [pending.wait().message for pending in pendings]
+    return replies
+
+
+def clones(p9: Session, fid: int, first: int, count: int) -> list[int]:
+    """``count`` fids walked from ``fid`` (a clone each: Twalk with no names)."""
+    fids = list(range(first, first + count))
+    replies = in_batches(p9, [Twalk(fid=fid, newfid=new, wnames=[]) for new in fids])
+    assert not any(isinstance(reply, Rlerror) for reply in replies), replies[:3]
+    return fids
+
+
+@pytest.mark.fresh_qemu
+@pytest.mark.qemu_bug(
+    fixed_in=versions.MAX_XATTR,
+    reason="v9fs_xattrcreate() allocates the value size each Txattrcreate announces (up to 64 KiB) and keeps "
+    "it until the fid is clunked, with no limit on how many such fids a client holds: 4096 of them pin "
+    "256 MiB of QEMU's memory for a few hundred KiB of requests (fixed by the max_xattr option, 1024 by "
+    "default: 693b296b17)",
+)
+@case_path("budget/xattr_fids", backends=["local"])
+def test_xattr_fids_pin_bounded_memory(place: Place, device: Any) -> None:
+    """4096 fids each announce a 64 KiB xattr value and never write it. Bound: what the default
+    max_xattr lets a client hold (1024 values of 64 KiB: 64 MiB) plus SLACK; the fids past it are
+    refused (ENOSPC). Everything is given back at Tclunk."""
+    p9 = place.session
+    place.host_path("f").write_bytes(b"x")
+    file = p9.walk_fid(place.fid, ["f"])
+    fids = clones(p9, file, 10_000, 4096)
+    before = device.machine.resources()
+    replies = in_batches(p9, [Txattrcreate(fid=fid, name="user.budget", attr_size=XATTR_SIZE, flags=0)
+                              for fid in fids])  # fmt: skip
+    grown = device.machine.resources().hwm_kib - before.hwm_kib
+    refused = sum(1 for r in replies if isinstance(r, Rlerror))
+    in_batches(p9, [Tclunk(fid=fid) for fid in fids])  # a value never written: EINVAL, the fid gone
+    p9.clunk(file)
+    bound = XATTR_FIDS_ALLOWED * XATTR_SIZE // KIB + SLACK_KIB
+    assert grown <= bound, f"QEMU's high-water mark grew by {grown} KiB for 4096 unwritten xattr values (bound {bound})"
+    assert refused >= 4096 - XATTR_FIDS_ALLOWED and all(
+        r.ecode == errno.ENOSPC for r in replies if isinstance(r, Rlerror)
+    ), f"{refused} refused"
+
+
+@pytest.mark.fresh_qemu
+@case_path("budget/walked_fids", backends=["synth", "local"])
+def test_walked_fids_cost_little_and_all_of_it_comes_back(attached: Session, device: Any) -> None:
+    """8192 fids walked (cloned) from the root, then clunked. Bound: 1 KiB of QEMU's memory per
+    fid (a V9fsFidState and its path are ~200 bytes) plus SLACK; no host fd is held for a
+    walked fid; after the clunks the fds are as before."""
+    p9 = attached
+    before = device.machine.resources()
+    fids = clones(p9, 0, 1000, 8192)
+    during = device.machine.resources()
+    in_batches(p9, [Tclunk(fid=fid) for fid in fids])
+    after = device.machine.resources()
+    bound = 8192 + SLACK_KIB
+    assert during.hwm_kib - before.hwm_kib <= bound, (
+        f"8192 walked fids grew QEMU by {during.hwm_kib - before.hwm_kib} KiB"
+    )
+    assert during.fds == before.fds and after.fds == before.fds, (before, during, after)
+
+
+@pytest.mark.fresh_qemu
+@case_path("budget/open_fids", backends=["local"])
+def test_open_fids_stay_within_the_fd_limit(place: Place, device: Any) -> None:
+    """Twice as many fids opened as QEMU may hold descriptors: 9pfs reclaims descriptors of idle
+    fids, so QEMU's open fds never reach its RLIMIT_NOFILE; every fid still reads; after the
+    clunks QEMU holds no more descriptors than before."""
+    p9 = place.session
+    place.host_path("f").write_bytes(b"budget")
+    before = device.machine.resources()
+    count = min(2 * before.nofile, 8192)
+    source = p9.walk_fid(place.fid, ["f"])
+    fids = clones(p9, source, 20_000, count)
+    in_batches(p9, [Tlopen(fid=fid, flags=os.O_RDONLY) for fid in fids])
+    during = device.machine.resources()
+    assert during.fds < before.nofile, f"QEMU holds {during.fds} fds, its limit is {before.nofile}"
+    assert p9.read(fids[0], 0, 10).data == b"budget" and p9.read(fids[-1], 0, 10).data == b"budget"
+    in_batches(p9, [Tclunk(fid=fid) for fid in [*fids, source]])
+    after = device.machine.resources()
+    assert after.fds <= before.fds, (before, after)
