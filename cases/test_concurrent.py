@@ -250,6 +250,27 @@ def test_rename_under_readers(place: Place, device: Any, request: pytest.Fixture
         raise ListingRaceSeen(f"Treaddir failed with ENOENT in the rounds of seeds {raced}")
 
 
+class ReadonlyModel(Model):
+    """The same directory on a read-only export: every rename and unlink EROFS, nothing moves."""
+
+    def apply(self, op: str) -> Outcome:
+        return "EROFS" if op in WRITERS else super().apply(op)
+
+
+@pytest.mark.fsdev(readonly="on", security_model="passthrough")
+@case_path("concurrent/rename_under_readers/readonly/{kick}", backends=["local"], kick=["one_kick", "staggered"])
+def test_refused_renames_under_readers(place: Place, device: Any, request: pytest.FixtureRequest, kick: str) -> None:
+    """On a read-only export the same groups: the writers refused (EROFS) whatever is in flight
+    beside them, the readers answered as if nothing happened."""
+    pid = device.machine.pid
+    before = qemu_fds(pid)
+    for seed in round_seeds(request):
+        ops, answers = one_round(place.session, place, random.Random(seed), kick == "staggered")
+        assert_serial(request, seed, ops, answers, ReadonlyModel)
+        assert device.alive()
+    assert qemu_fds(pid) == before, f"QEMU holds {qemu_fds(pid) - before} more host fds after the rounds"
+
+
 def _without(ops: list[str], answers: tuple[Outcome, ...], op: str) -> tuple[list[str], tuple[Outcome, ...]]:
     at = ops.index(op)
     return ops[:at] + ops[at + 1 :], answers[:at] + answers[at + 1 :]
