@@ -16,6 +16,9 @@ from harness.tools import known_bugs
 from tests.subrun import PROJECT
 
 OLD, NEW = "7.2.22", "10.0.13"
+#: families whose check is not on a 9P reply but on QEMU's memory or fds: replay cannot judge
+#: them (it says so, 255); the case itself is their bisection command
+NOT_REPLAYABLE = ("budget",)
 
 
 def _selection(case: str) -> str:
@@ -28,7 +31,10 @@ def test_each_fix_since_72_is_found_by_replay_find_fix(tmp_path: Path) -> None:
     old, new = provision.cached_build(origin="bookworm"), provision.cached_build(origin="trixie")
     if old is None or new is None:
         pytest.skip("needs the 7.2.22 and 10.0.13 builds in the cache (python -m harness qemu build bookworm|trixie)")
-    fixed = [bug.case for bug in known_bugs.known_bugs() if bug.present_in(OLD) and not bug.present_in(NEW)]
+    fixed = [
+        bug.case for bug in known_bugs.known_bugs()
+        if bug.present_in(OLD) and not bug.present_in(NEW) and bug.case.split("/")[1] not in NOT_REPLAYABLE
+    ]  # fmt: skip
     assert fixed, "no known bug is fixed between 7.2.22 and 10.0.13: this test checks nothing"
     selection = " or ".join(map(_selection, fixed))
     recorded = subprocess.run(
