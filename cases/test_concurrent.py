@@ -1,7 +1,7 @@
 """Conflicting requests in flight together: readers of a directory, a file and fids (Twalk,
-Tgetattr, Tread, Treaddir) against renames and an unlink of the file and of an ancestor
-(Trenameat, Tunlinkat), all in the ring at once, in one kick or in staggered kicks, a random
-subset in a random order per round, each round's seed recorded.
+Tgetattr, Tlopen, Txattrwalk, Tread, Treaddir, Treadlink, Tstatfs) against renames and an unlink
+of the file and of an ancestor (Trenameat, Tunlinkat), all in the ring at once, in one kick or
+in staggered kicks, a random subset in a random order per round, each round's seed recorded.
 
 Every round checks that QEMU is alive and that the replies, taken together, are ones some serial
 order of the round's requests gives (a linearizability check against :class:`Model`: every order
@@ -32,14 +32,20 @@ from harness.p9.messages import (
     Rlerror,
     Rread,
     Rreaddir,
+    Rreadlink,
     Tclunk,
     Tgetattr,
+    Tlopen,
     Tread,
     Treaddir,
+    Treadlink,
     Trenameat,
+    Tstatfs,
+    Tsymlink,
     Tunlinkat,
     Tversion,
     Twalk,
+    Txattrwalk,
 )  # fmt: skip
 from harness.p9.session import Pending, Session
 from harness.p9.wire import TMessage
@@ -57,7 +63,7 @@ class Model:
     a fid's path follows every rename of it or of its directory, as QEMU's v9fs_fix_fid_paths()
     promises; Tgetattr is path-based (an unlinked file's fid: ENOENT, as QEMU answers today)."""
 
-    names: set[str] = field(default_factory=lambda: {"f", "s"})
+    names: set[str] = field(default_factory=lambda: {"f", "s", "l"})
     file_at: str = "f"  # the name the file's fid resolves to
 
     def apply(self, op: str) -> Outcome:
@@ -66,8 +72,12 @@ class Model:
             return "ok" if "f" in self.names else "ENOENT"
         if op == "walk_g":
             return "ok" if "g" in self.names else "ENOENT"
-        if op == "getattr_file":
+        if op in ("getattr_file", "lopen_file", "xattrwalk_file"):  # by the fid's path
             return "ok" if self.file_at in self.names else "ENOENT"
+        if op == "statfs":
+            return "ok"
+        if op == "readlink":  # l -> f: the link is never touched, only its target
+            return "f"
         if op == "getattr_inner":  # s/x: its fid follows s's rename
             return "ok"
         if op == "read_open":  # an open handle reads the bytes whatever happened to the name
@@ -115,16 +125,21 @@ class Fids:
     open_file: int
     open_dir: int
     inner: int
+    link: int
+    file_to_open: int
 
     @classmethod
-    def make(cls, p9: Session, place: Place) -> Fids:
+    def make(cls, p9: Session, place: Place, host_link: bool = False) -> Fids:
         open_file = p9.walk_fid(place.fid, ["f"])
         p9.lopen(open_file, os.O_RDONLY)
         open_dir = p9.walk_fid(place.fid, [])
         p9.lopen(open_dir, os.O_RDONLY | os.O_DIRECTORY)
-        return cls(
-            p9, place.fid, p9.walk_fid(place.fid, ["f"]), open_file, open_dir, p9.walk_fid(place.fid, ["s", "x"])
-        )
+        # through 9P, so that it is a symlink under every security model (a host symlink is none
+        # under the mapped ones); on a read-only export (passthrough) the host's own
+        if not host_link:
+            p9.rpc(Tsymlink(fid=place.fid, name="l", symtgt="f", gid=0))
+        walked = [p9.walk_fid(place.fid, names) for names in (["f"], ["s", "x"], ["l"], ["f"])]
+        return cls(p9, place.fid, walked[0], open_file, open_dir, *walked[1:])
 
 
 #: op -> the request, from the round's fids
@@ -133,6 +148,10 @@ REQUESTS: dict[str, Callable[[Fids], TMessage[Any]]] = {
     "walk_g": lambda f: Twalk(fid=f.dir, newfid=f.p9.new_fid(), wnames=["g"]),
     "getattr_file": lambda f: Tgetattr(fid=f.file, request_mask=wire.GETATTR_BASIC),
     "getattr_inner": lambda f: Tgetattr(fid=f.inner, request_mask=wire.GETATTR_BASIC),
+    "lopen_file": lambda f: Tlopen(fid=f.file_to_open, flags=os.O_RDONLY),
+    "xattrwalk_file": lambda f: Txattrwalk(fid=f.file, newfid=f.p9.new_fid(), name=""),
+    "statfs": lambda f: Tstatfs(fid=f.dir),
+    "readlink": lambda f: Treadlink(fid=f.link),
     "read_open": lambda f: Tread(fid=f.open_file, offset=0, count=100),
     "readdir": lambda f: Treaddir(fid=f.open_dir, offset=0, count=4000),
     "rename_f_g": lambda f: Trenameat(olddirfid=f.dir, oldname="f", newdirfid=f.dir, newname="g"),
@@ -150,26 +169,32 @@ def observed(pending: Pending[Any]) -> Outcome:
         return message.data
     if isinstance(message, Rreaddir):
         return frozenset(entry.name for entry in message.entries)
+    if isinstance(message, Rreadlink):
+        return message.target
     return "ok" if message is not None else "empty reply"
 
 
-def populate(host: Path) -> None:
+def populate(host: Path, host_link: bool = False) -> None:
     for entry in host.iterdir():
         if entry.name != ".virtfs_metadata":
             shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
     (host / "f").write_bytes(CONTENT)
     (host / "s").mkdir()
     (host / "s" / "x").write_bytes(b"inner")
+    if host_link:
+        (host / "l").symlink_to("f")
 
 
 def qemu_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def one_round(p9: Session, place: Place, rng: random.Random, staggered: bool) -> tuple[list[str], tuple[Outcome, ...]]:
+def one_round(
+    p9: Session, place: Place, rng: random.Random, staggered: bool, host_link: bool = False
+) -> tuple[list[str], tuple[Outcome, ...]]:
     """Set the directory up, send a random group (a writer at least) in a random order, await all."""
-    populate(place.host_path())
-    fids = Fids.make(p9, place)
+    populate(place.host_path(), host_link)
+    fids = Fids.make(p9, place, host_link)
     readers = [op for op in REQUESTS if op not in WRITERS]
     ops = rng.sample(list(WRITERS), rng.randint(1, len(WRITERS))) + rng.sample(readers, rng.randint(1, 3))
     rng.shuffle(ops)
@@ -265,7 +290,7 @@ def test_refused_renames_under_readers(place: Place, device: Any, request: pytes
     pid = device.machine.pid
     before = qemu_fds(pid)
     for seed in round_seeds(request):
-        ops, answers = one_round(place.session, place, random.Random(seed), kick == "staggered")
+        ops, answers = one_round(place.session, place, random.Random(seed), kick == "staggered", host_link=True)
         assert_serial(request, seed, ops, answers, ReadonlyModel)
         assert device.alive()
     assert qemu_fds(pid) == before, f"QEMU holds {qemu_fds(pid) - before} more host fds after the rounds"
