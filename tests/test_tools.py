@@ -507,3 +507,35 @@ def test_a_bench_binary_that_fails_keeps_the_others_results(tmp_path: Path, qemu
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"bench readdir on {PACKAGED} failed:" in done.stderr and "no synth test tree" in done.stderr
     assert table_rows(done.stdout) and json.loads(out.read_text())["binaries"] == [str(qemu_under_test.binary)]
+
+
+BATCHED = textwrap.dedent(
+    """
+    from fixtures.case_path import case_path
+    from harness.p9.messages import Tgetattr, Twalk
+
+    @case_path("tools/batched", backends=["synth"])
+    def test_batched(attached):
+        with attached.batch():  # one kick
+            walk = attached.send(Twalk(fid=0, newfid=1, wnames=["WALK0"]))
+            getattr = attached.send(Tgetattr(fid=0, request_mask=2047))
+        walk.result()
+        getattr.result()
+        attached.clunk(1)
+    """
+)
+
+
+def test_a_batch_replays_as_one_kick(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """Requests a case sent together are marked so in its reproducer, and replay sends them so."""
+    from harness.p9.trace import read_reproducer
+
+    out, _ = run_pytest(tmp_path, qemu_under_test, "--trace-dir", "traces", source=BATCHED).communicate(timeout=60)
+    assert "1 passed" in out, out
+    (reproducer,) = (tmp_path / "traces").rglob("reproducer.9p")
+    text = reproducer.read_text()
+    assert "=== batch: one kick" in text and "=== end of batch" in text, text
+    _, steps = read_reproducer(reproducer)
+    assert [step.batch for step in steps] == [0, 0, 1, 1, 0], steps
+    done = harness("replay", str(reproducer), "--qemu-binary", str(qemu_under_test.binary))
+    assert done.returncode == 0 and "all 5 requests answered as expected" in done.stdout, done.stdout

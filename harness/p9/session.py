@@ -18,7 +18,7 @@ import enum
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol
 
@@ -69,7 +69,7 @@ from harness.p9.messages import (
     Txattrwalk,
     twstat,
 )
-from harness.p9.trace import Direction, Record, format_records
+from harness.p9.trace import BATCH_BEGIN, BATCH_END, Direction, Record, format_records
 from harness.p9.wire import Message, R, Stat, TMessage
 from harness.virtio.guestmem import Region
 
@@ -271,9 +271,16 @@ class Session:
             raise P9StateError(f"{request}: count must be the region's length, {region.length}")
         return self._submit(request, wire.encode(request, tag), wire.RREAD_HEADER, None, note, in_tail=region)
 
-    def batch(self) -> contextlib.AbstractContextManager[None]:
-        """``with session.batch(): ...``: the requests sent inside reach QEMU in one socket write."""
-        return self.channel.batch()
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """``with session.batch(): ...``: the requests sent inside reach QEMU in one socket write,
+        in one kick; the history marks where it begins and ends, so a reproducer replays it so."""
+        self.history.append(Record(time.monotonic(), Direction.BATCH, None, b"", None, note=BATCH_BEGIN))
+        try:
+            with self.channel.batch():
+                yield
+        finally:
+            self.history.append(Record(time.monotonic(), Direction.BATCH, None, b"", None, note=BATCH_END))
 
     def rpc(self, request: TMessage[R], /, **options: Any) -> R:
         """``send`` then ``result``: the typed reply."""

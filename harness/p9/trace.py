@@ -20,6 +20,7 @@ line counts and checksums every line before it: a file cut short or altered is r
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 import json
@@ -38,6 +39,8 @@ MAGIC = "# virtio9p-harness reproducer"
 END = "# end: "
 #: the errno of a request the case wanted to succeed (an Rlerror ended it): ``<== success``
 SUCCESS = 0
+#: the notes of a batch's two records (and its ``===`` lines in a reproducer)
+BATCH_BEGIN, BATCH_END = "batch: one kick", "end of batch"
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,8 @@ class Direction(enum.StrEnum):
     SENT = "-->"
     RECEIVED = "<--"
     NOT_SENT = "-x-"
+    #: requests sent together, in one kick (``session.batch()``): a begin and an end record
+    BATCH = "==="
 
 
 class Record(NamedTuple):
@@ -88,6 +93,8 @@ class Record(NamedTuple):
     note: str = ""
 
     def line(self, start: float) -> str:
+        if self.direction is Direction.BATCH:
+            return f"{(self.time - start) * 1000:9.3f} ms {self.direction} {self.note}"
         what = self.note or (str(self.message) if self.message else f"raw {self.frame[:32].hex()}")
         where = f" head={self.head}" if self.head is not None else ""
         used = f" used={self.used_len}" if self.used_len is not None else ""
@@ -109,6 +116,9 @@ def write_reproducer(
     lines.append(f"# replay: {sys.executable} -m harness replay {path}")
     for index, record in enumerate(records):
         if record.direction is Direction.NOT_SENT:
+            continue
+        if record.direction is Direction.BATCH:  # replay sends what is between them in one kick
+            lines.append(f"{Direction.BATCH} {record.note}")
             continue
         shown = str(record.message) if record.message else ""
         body = record.frame.hex() if record.frame else f"(empty,tag={record.tag})"
@@ -141,6 +151,8 @@ class Step:
     expected: Expectation | None = None
     #: the reply came before the next request went out: replay waits for it in line
     in_line: bool = False
+    #: which batch (one kick) the request went out in, counted from 1; 0 for none
+    batch: int = 0
 
 
 def _awaiting(steps: list[Step], tag: int) -> int:
@@ -278,23 +290,26 @@ def read_reproducer(path: Path) -> tuple[dict[str, str], list[Step]]:
 def _parse(lines: list[str]) -> tuple[dict[str, str], list[Step]]:
     header: dict[str, str] = {}
     steps: list[Step] = []
-    last_answered = -1
+    last_answered, depth, batches = -1, 0, 0
     for number, line in enumerate(lines, start=2):
         if line.startswith("# ") and ": " in line:
             key, value = line[2:].split(": ", 1)
             header[key] = value
+        elif line.startswith(f"{Direction.BATCH} "):  # nested batches are one kick: the outermost counts
+            depth += 1 if line.endswith(BATCH_BEGIN) else -1
+            batches += line.endswith(BATCH_BEGIN) and depth == 1
         elif line.startswith("--> "):
-            steps.append(Step(bytes.fromhex(line.split()[1]), None))
+            steps.append(Step(bytes.fromhex(line.split()[1]), None, batch=batches if depth else 0))
         elif line.startswith("<-- ") and steps:
             field = line.split()[1]
             empty = field.startswith("(empty")
             reply = b"" if empty else bytes.fromhex(field)
             tag = int(field.split("=")[1].rstrip(")")) if empty else wire.peek_header(reply)[2]
             at = last_answered = _awaiting(steps, tag)
-            steps[at] = Step(steps[at].request, reply, in_line=at == len(steps) - 1)
+            steps[at] = dataclasses.replace(steps[at], reply=reply, in_line=at == len(steps) - 1)
         elif line.startswith("<== ") and steps:
             at = last_answered
-            steps[at] = Step(steps[at].request, steps[at].reply, Expectation.parse(line), steps[at].in_line)
+            steps[at] = dataclasses.replace(steps[at], expected=Expectation.parse(line))
         elif line.strip() and not line.startswith("#"):
             raise P9ProtocolError(f"line {number}: cannot read {line[:60]!r}")
     return header, steps

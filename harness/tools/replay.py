@@ -250,13 +250,18 @@ def _judge(conn: Connection, steps: list[Step], local: bool, recorded_death: str
     index = 0
     died = recorded_death is not None
     try:
-        for index, step in enumerate(steps, start=1):
-            pending = conn.session.send_raw(step.request)
-            if not step.in_line:
-                deferred.append((index, step, pending))
-                continue
-            if (difference := _differs(step, _reply(pending, timeout), local, died)) is not None:
-                return _verdict_present(index, step, difference)
+        for group in _groups(steps):
+            # a batch goes out as recorded, in one kick; other requests one by one
+            with conn.session.batch() if group[0][1].batch else contextlib.nullcontext():
+                sent = []
+                for index, step in group:
+                    sent.append((index, step, conn.session.send_raw(step.request)))
+            for index, step, pending in sent:
+                if not step.in_line:
+                    deferred.append((index, step, pending))
+                    continue
+                if (difference := _differs(step, _reply(pending, timeout), local, died)) is not None:
+                    return _verdict_present(index, step, difference)
         for index, step, pending in deferred:
             # a request unanswered when recorded is given a short while to stay so
             wait = timeout if step.reply is not None or step.expected is not None else UNANSWERED_WAIT
@@ -281,6 +286,18 @@ def _judge(conn: Connection, steps: list[Step], local: bool, recorded_death: str
     else:
         print(f"no difference: {counted}")
     return ABSENT
+
+
+def _groups(steps: list[Step]) -> list[list[tuple[int, Step]]]:
+    """The steps (numbered from 1) in the kicks they went out in: a recorded batch together,
+    every other request alone."""
+    groups: list[list[tuple[int, Step]]] = []
+    for index, step in enumerate(steps, start=1):
+        if step.batch and groups and groups[-1][0][1].batch == step.batch:
+            groups[-1].append((index, step))
+        else:
+            groups.append([(index, step)])
+    return groups
 
 
 def _unjudgeable(header: dict[str, str], steps: list[Step]) -> str | None:
