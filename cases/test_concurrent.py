@@ -214,13 +214,14 @@ def send_group(p9: Session, requests: list[TMessage[Any]], staggered: bool) -> t
     return tuple(observed(pending) for pending in pendings)
 
 
-def round_seeds(request: pytest.FixtureRequest) -> list[int]:
+def round_seeds(request: pytest.FixtureRequest, share: float = 1.0) -> list[int]:
     """A seed per round, drawn from the case's id (the same rounds every run), or the one
-    ``--concurrent-seed`` names."""
+    ``--concurrent-seed`` names; ``share`` of ``--concurrent-rounds`` for a case whose rounds
+    cost more."""
     given = request.config.getoption("--concurrent-seed")
     if given is not None:
         return [given]
-    rounds = request.config.getoption("--concurrent-rounds")
+    rounds = max(1, round(request.config.getoption("--concurrent-rounds") * share))
     return [random.Random(f"{request.node.nodeid}/{n}").randrange(1 << 32) for n in range(rounds)]
 
 
@@ -362,3 +363,63 @@ def test_fid_clunked_or_dropped_with_requests_in_flight(
     assert qemu_fds(pid) == before, f"QEMU holds {qemu_fds(pid) - before} more host fds after the rounds"
     if backend == "local":
         (Path(device.machine.config.fs.path) / name).unlink()
+
+
+RECLAIM_NOFILE = 200  # QEMU's reclaim mark is then 134 descriptors (cases/test_reclaim.py)
+RECLAIM_FILES = 160
+
+
+@pytest.mark.rlimit_nofile(RECLAIM_NOFILE)
+@pytest.mark.fsdev(security_model="passthrough")
+@case_path("concurrent/reclaim_under_renames/{kick}", backends=["local"], kick=["one_kick", "staggered"])
+def test_reads_and_renames_while_descriptors_are_reclaimed(
+    place: Place, device: Any, request: pytest.FixtureRequest, kick: str
+) -> None:
+    """More open fids than QEMU keeps descriptors for (it reclaims the idle ones, walking its fid
+    table, and reopens them by path when used), then reads of many of them, renames of some and a
+    listing, all in flight together: every read returns its own file's bytes (a reclaimed fid
+    reopened at its renamed path), every rename works, the listing shows each file under exactly
+    one of its names, QEMU stays within its descriptor limit."""
+    p9 = place.session
+    host = place.host_path()
+    for seed in round_seeds(request, share=1 / 3):  # 160 opens a round
+        rng = random.Random(seed)
+        for entry in host.iterdir():
+            entry.unlink()
+        for i in range(RECLAIM_FILES):
+            (host / f"f{i}").write_bytes(f"file {i}".encode())
+        opened = [p9.new_fid() for _ in range(RECLAIM_FILES)]
+        for start in range(0, RECLAIM_FILES, 60):  # the set-up too in batches: the round costs less
+            chunk = range(start, min(start + 60, RECLAIM_FILES))
+            walked = send_group(p9, [Twalk(fid=place.fid, newfid=opened[i], wnames=[f"f{i}"]) for i in chunk], False)
+            assert set(walked) == {"ok"}, walked
+            assert set(send_group(p9, [Tlopen(fid=opened[i], flags=os.O_RDONLY) for i in chunk], False)) == {"ok"}
+        listing = p9.walk_fid(place.fid, [])
+        p9.lopen(listing, os.O_RDONLY | os.O_DIRECTORY)
+        reads = rng.sample(range(RECLAIM_FILES), 39)
+        renamed = set(rng.sample(range(RECLAIM_FILES), 20))
+        requests: list[TMessage[Any]] = [Tread(fid=opened[i], offset=0, count=64) for i in reads]
+        requests += [Trenameat(olddirfid=place.fid, oldname=f"f{i}", newdirfid=place.fid, newname=f"g{i}")
+                     for i in renamed]  # fmt: skip
+        requests.append(Treaddir(fid=listing, offset=0, count=8000))
+        rng.shuffle(requests)
+        answers = dict(zip(map(id, requests), send_group(p9, requests, kick == "staggered"), strict=True))
+        where = f"round of seed {seed} (-k '{request.node.callspec.id}' --concurrent-seed {seed})"
+        for request_ in requests:
+            got = answers[id(request_)]
+            if isinstance(request_, Tread):
+                i = opened.index(request_.fid)
+                assert got == f"file {i}".encode(), f"{where}: {request_} read {got!r}"
+            elif isinstance(request_, Trenameat):
+                assert got == "ok", f"{where}: {request_} answered {got}"
+            else:
+                names = got - {".", ".."} if isinstance(got, frozenset) else got
+                assert isinstance(names, frozenset), f"{where}: the listing answered {got}"
+                wanted = {f"f{i}" for i in range(RECLAIM_FILES) if i not in renamed}
+                either = {i for i in renamed if (f"f{i}" in names) != (f"g{i}" in names)}
+                assert wanted <= names and either == renamed and len(names) == RECLAIM_FILES, (
+                    f"{where}: the listing has {sorted(names)[:10]}… ({len(names)} names)"
+                )
+        assert device.alive() and device.machine.resources().fds < RECLAIM_NOFILE
+        for start in range(0, RECLAIM_FILES + 1, 60):
+            send_group(p9, [Tclunk(fid=fid) for fid in [*opened, listing][start : start + 60]], False)
