@@ -29,11 +29,14 @@ from fixtures.case_path import case_path
 from fixtures.place import Place
 from harness.p9 import wire
 from harness.p9.messages import (
+    Rclunk,
+    Rflush,
     Rlerror,
     Rread,
     Rreaddir,
     Rreadlink,
     Tclunk,
+    Tflush,
     Tgetattr,
     Tlopen,
     Tread,
@@ -45,6 +48,7 @@ from harness.p9.messages import (
     Tunlinkat,
     Tversion,
     Twalk,
+    Twrite,
     Txattrwalk,
 )  # fmt: skip
 from harness.p9.session import Pending, Session
@@ -423,3 +427,26 @@ def test_reads_and_renames_while_descriptors_are_reclaimed(
         assert device.alive() and device.machine.resources().fds < RECLAIM_NOFILE
         for start in range(0, RECLAIM_FILES + 1, 60):
             send_group(p9, [Tclunk(fid=fid) for fid in [*opened, listing][start : start + 60]], False)
+
+
+@pytest.mark.needs_synth_tree
+@case_path("concurrent/clunk_while_blocked", backends=["synth"])
+def test_clunk_of_a_fid_with_a_blocked_request(attached: Session, device: Any) -> None:
+    """A fid clunked while a request on it is blocked in the server (a write to synth's FLUSH,
+    which only a Tflush ends): the clunk is answered at once, the fid is gone for the requests
+    after it (ENOENT), and the blocked write is still there to be flushed: its buffer comes back
+    empty before the Rflush. QEMU answers throughout and the name can be walked again."""
+    p9 = attached
+    fid = p9.walk_fid(0, ["FLUSH"])
+    p9.lopen(fid, os.O_WRONLY)
+    write = p9.send(Twrite(fid=fid, offset=0, data=b"\x01"))
+    clunk = p9.send(Tclunk(fid=fid))
+    after = p9.send(Tgetattr(fid=fid, request_mask=wire.GETATTR_BASIC))
+    assert isinstance(clunk.wait().message, Rclunk)
+    assert observed(after) == "ENOENT"
+    flush = p9.send(Tflush(oldtag=write.tag))
+    flushed, done = write.wait(), flush.wait()
+    assert flushed.used_len == 0 and isinstance(done.message, Rflush) and flushed.order < done.order
+    assert device.alive()
+    again = p9.walk_fid(0, ["FLUSH"])
+    p9.clunk(again)
