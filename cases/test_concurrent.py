@@ -30,11 +30,13 @@ from fixtures.place import Place
 from harness.p9 import wire
 from harness.p9.messages import (
     Rclunk,
+    Rerror,
     Rflush,
     Rlerror,
     Rread,
     Rreaddir,
     Rreadlink,
+    Rstat,
     Tclunk,
     Tflush,
     Tgetattr,
@@ -43,6 +45,7 @@ from harness.p9.messages import (
     Treaddir,
     Treadlink,
     Trenameat,
+    Tstat,
     Tstatfs,
     Tsymlink,
     Tunlinkat,
@@ -50,6 +53,7 @@ from harness.p9.messages import (
     Twalk,
     Twrite,
     Txattrwalk,
+    twstat,
 )  # fmt: skip
 from harness.p9.session import Pending, Session
 from harness.p9.wire import TMessage
@@ -175,6 +179,10 @@ def observed(pending: Pending[Any]) -> Outcome:
         return frozenset(entry.name for entry in message.entries)
     if isinstance(message, Rreadlink):
         return message.target
+    if isinstance(message, Rstat):
+        return message.stat.name
+    if isinstance(message, Rerror):
+        return errno.errorcode.get(message.errno, str(message.errno))
     return "ok" if message is not None else "empty reply"
 
 
@@ -450,3 +458,55 @@ def test_clunk_of_a_fid_with_a_blocked_request(attached: Session, device: Any) -
     assert device.alive()
     again = p9.walk_fid(0, ["FLUSH"])
     p9.clunk(again)
+
+
+@dataclass
+class WstatModel:
+    """9P2000.u: the file renamed by a Twstat of its own fid (the fid follows), walks by name, and
+    Tstat of the fid, whose name is the file's name at that point of the order."""
+
+    name: str = "f"
+
+    def apply(self, op: str) -> Outcome:
+        if op == "wstat_rename":
+            if self.name != "f":
+                return "ENOENT"
+            self.name = "g"
+            return "ok"
+        if op in ("walk_f", "walk_g"):
+            return "ok" if op[-1] == self.name else "ENOENT"
+        if op == "stat":
+            return self.name
+        raise AssertionError(op)
+
+
+#: op -> the request, from the session, the directory's fid and the file's
+WSTAT_REQUESTS: dict[str, Callable[[Session, int, int], TMessage[Any]]] = {
+    "wstat_rename": lambda p9, dir_fid, fid: twstat(fid, name="g"),
+    "walk_f": lambda p9, dir_fid, fid: Twalk(fid=dir_fid, newfid=p9.new_fid(), wnames=["f"]),
+    "walk_g": lambda p9, dir_fid, fid: Twalk(fid=dir_fid, newfid=p9.new_fid(), wnames=["g"]),
+    "stat": lambda p9, dir_fid, fid: Tstat(fid=fid),
+}
+
+
+@pytest.mark.fsdev(security_model="passthrough")
+@case_path("concurrent/wstat_rename/{kick}", backends=["local"], dialect=[wire.DOTU], kick=["one_kick", "staggered"])
+def test_wstat_rename_under_readers(
+    place: Place, device: Any, request: pytest.FixtureRequest, dialect: str, kick: str
+) -> None:
+    """9P2000.u's rename (a Twstat of the file's own fid with a new name) in flight with walks of
+    both names and Tstat of the fid: answers of some serial order, the Tstat's name included."""
+    p9 = place.session
+    for seed in round_seeds(request):
+        rng = random.Random(seed)
+        for entry in place.host_path().iterdir():
+            entry.unlink()
+        place.host_path("f").write_bytes(CONTENT)
+        fid = p9.walk_fid(place.fid, ["f"])
+        ops = ["wstat_rename", *rng.sample(["walk_f", "walk_g", "stat", "stat"], rng.randint(1, 4))]
+        rng.shuffle(ops)
+        pendings_answers = send_group(p9, [WSTAT_REQUESTS[op](p9, place.fid, fid) for op in ops], kick == "staggered")
+        assert_serial(request, seed, ops, pendings_answers, WstatModel)
+        assert device.alive()
+        for held in sorted(p9.fids - {0, place.fid}):
+            p9.clunk(held)
