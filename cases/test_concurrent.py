@@ -64,6 +64,9 @@ MODELS = ["passthrough", "mapped-xattr", "mapped-file", "none"]
 Outcome = Any
 
 
+CLONES = 3  # fids on the same path as the file's
+
+
 @dataclass
 class Model:
     """The directory as a serial server leaves it: which names exist, where the file's walked fid
@@ -80,7 +83,7 @@ class Model:
             return "ok" if "f" in self.names else "ENOENT"
         if op == "walk_g":
             return "ok" if "g" in self.names else "ENOENT"
-        if op in ("getattr_file", "lopen_file", "xattrwalk_file"):  # by the fid's path
+        if op in ("getattr_file", "lopen_file", "xattrwalk_file") or op.startswith("getattr_clone"):  # by path
             return "ok" if self.file_at in self.names else "ENOENT"
         if op == "statfs":
             return "ok"
@@ -135,6 +138,8 @@ class Fids:
     inner: int
     link: int
     file_to_open: int
+    #: more fids on the file's path: a rename must move them all
+    clones: tuple[int, ...] = ()
 
     @classmethod
     def make(cls, p9: Session, place: Place, host_link: bool = False) -> Fids:
@@ -147,7 +152,9 @@ class Fids:
         if not host_link:
             p9.rpc(Tsymlink(fid=place.fid, name="l", symtgt="f", gid=0))
         walked = [p9.walk_fid(place.fid, names) for names in (["f"], ["s", "x"], ["l"], ["f"])]
-        return cls(p9, place.fid, walked[0], open_file, open_dir, *walked[1:])
+        clones = tuple(p9.walk_fid(place.fid, ["f"]) for _ in range(CLONES))
+        file, inner, link, file_to_open = walked
+        return cls(p9, place.fid, file, open_file, open_dir, inner, link, file_to_open, clones)
 
 
 #: op -> the request, from the round's fids
@@ -156,6 +163,9 @@ REQUESTS: dict[str, Callable[[Fids], TMessage[Any]]] = {
     "walk_g": lambda f: Twalk(fid=f.dir, newfid=f.p9.new_fid(), wnames=["g"]),
     "getattr_file": lambda f: Tgetattr(fid=f.file, request_mask=wire.GETATTR_BASIC),
     "getattr_inner": lambda f: Tgetattr(fid=f.inner, request_mask=wire.GETATTR_BASIC),
+    "getattr_clone0": lambda f: Tgetattr(fid=f.clones[0], request_mask=wire.GETATTR_BASIC),
+    "getattr_clone1": lambda f: Tgetattr(fid=f.clones[1], request_mask=wire.GETATTR_BASIC),
+    "getattr_clone2": lambda f: Tgetattr(fid=f.clones[2], request_mask=wire.GETATTR_BASIC),
     "lopen_file": lambda f: Tlopen(fid=f.file_to_open, flags=os.O_RDONLY),
     "xattrwalk_file": lambda f: Txattrwalk(fid=f.file, newfid=f.p9.new_fid(), name=""),
     "statfs": lambda f: Tstatfs(fid=f.dir),
@@ -208,7 +218,7 @@ def one_round(
     populate(place.host_path(), host_link)
     fids = Fids.make(p9, place, host_link)
     readers = [op for op in REQUESTS if op not in WRITERS]
-    ops = rng.sample(list(WRITERS), rng.randint(1, len(WRITERS))) + rng.sample(readers, rng.randint(1, 3))
+    ops = rng.sample(list(WRITERS), rng.randint(1, len(WRITERS))) + rng.sample(readers, rng.randint(1, 4))
     rng.shuffle(ops)
     answers = send_group(p9, [REQUESTS[op](fids) for op in ops], staggered)
     for fid in sorted(p9.fids - {0, place.fid}):
