@@ -92,6 +92,8 @@ class Resources:
     hwm_kib: int
     fds: int
     nofile: int
+    #: a sanitizer that pads every allocation runs in it (ASan, TSan: its runtime is mapped)
+    sanitized: bool = False
 
 
 @dataclass(frozen=True)
@@ -463,9 +465,11 @@ class Machine:
         status = dict(line.split(":", 1) for line in Path(f"/proc/{self.pid}/status").read_text().splitlines())
         limits = Path(f"/proc/{self.pid}/limits").read_text()
         nofile = re.search(r"^Max open files\s+(\d+)", limits, re.MULTILINE)
+        maps = Path(f"/proc/{self.pid}/maps").read_text()
         return Resources(
             rss_kib=int(status["VmRSS"].split()[0]), hwm_kib=int(status["VmHWM"].split()[0]),
             fds=len(os.listdir(f"/proc/{self.pid}/fd")), nofile=int(nofile.group(1)) if nofile else 0,
+            sanitized="libasan" in maps or "libtsan" in maps,
         )  # fmt: skip
 
     @property
