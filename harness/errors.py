@@ -28,7 +28,7 @@ Every exception the harness raises on purpose is a :class:`HarnessError`.  None 
      │    ├── P9ProtocolError      bad tag, wrong reply type, size mismatch, undecodable frame
      │    ├── P9Timeout            a request got no reply within the limit
      │    ├── P9StateError         the session used out of order (attach before version, ...)
- │    └── ReproducerError      a reproducer file cut, changed, or naming what the harness lacks
+     │    └── ReproducerError      a reproducer file cut, changed, or naming what the harness lacks
      └── LeakError                 fids, tags, descriptors or guest buffers left at close (any layer)
 
 Wrap at layer boundaries with ``raise ... from err`` so the whole story stays in the traceback.
