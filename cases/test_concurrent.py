@@ -13,12 +13,13 @@ hunts longer.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import os
 import random
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -207,8 +208,13 @@ def populate(host: Path, host_link: bool = False) -> None:
         (host / "l").symlink_to("f")
 
 
-def qemu_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+@contextlib.contextmanager
+def no_fd_leaked(device: Any) -> Iterator[None]:
+    """QEMU holds no more host file descriptors after the block than before it."""
+    before = device.machine.resources().fds
+    yield
+    after = device.machine.resources().fds
+    assert after == before, f"QEMU holds {after - before} more host fds after the rounds"
 
 
 def one_round(
@@ -283,17 +289,15 @@ def test_rename_under_readers(place: Place, device: Any, request: pytest.Fixture
     is the known race: the round's other replies must still linearize, and the case ends as that
     race's xfail, naming the seeds that saw it."""
     p9 = place.session
-    pid = device.machine.pid
-    before = qemu_fds(pid)
     raced = []
-    for seed in round_seeds(request):
-        ops, answers = one_round(p9, place, random.Random(seed), kick == "staggered")
-        if multidevs == "remap" and "readdir" in ops and answers[ops.index("readdir")] == "ENOENT":
-            raced.append(seed)
-            ops, answers = _without(ops, answers, "readdir")
-        assert_serial(request, seed, ops, answers)
-        assert device.alive()
-    assert qemu_fds(pid) == before, f"QEMU holds {qemu_fds(pid) - before} more host fds after the rounds"
+    with no_fd_leaked(device):
+        for seed in round_seeds(request):
+            ops, answers = one_round(p9, place, random.Random(seed), kick == "staggered")
+            if multidevs == "remap" and "readdir" in ops and answers[ops.index("readdir")] == "ENOENT":
+                raced.append(seed)
+                ops, answers = _without(ops, answers, "readdir")
+            assert_serial(request, seed, ops, answers)
+            assert device.alive()
     if raced:
         raise ListingRaceSeen(f"Treaddir failed with ENOENT in the rounds of seeds {raced}")
 
@@ -310,13 +314,11 @@ class ReadonlyModel(Model):
 def test_refused_renames_under_readers(place: Place, device: Any, request: pytest.FixtureRequest, kick: str) -> None:
     """On a read-only export the same groups: the writers refused (EROFS) whatever is in flight
     beside them, the readers answered as if nothing happened."""
-    pid = device.machine.pid
-    before = qemu_fds(pid)
-    for seed in round_seeds(request):
-        ops, answers = one_round(place.session, place, random.Random(seed), kick == "staggered", host_link=True)
-        assert_serial(request, seed, ops, answers, ReadonlyModel)
-        assert device.alive()
-    assert qemu_fds(pid) == before, f"QEMU holds {qemu_fds(pid) - before} more host fds after the rounds"
+    with no_fd_leaked(device):
+        for seed in round_seeds(request):
+            ops, answers = one_round(place.session, place, random.Random(seed), kick == "staggered", host_link=True)
+            assert_serial(request, seed, ops, answers, ReadonlyModel)
+            assert device.alive()
 
 
 def _without(ops: list[str], answers: tuple[Outcome, ...], op: str) -> tuple[list[str], tuple[Outcome, ...]]:
@@ -362,27 +364,25 @@ def test_fid_clunked_or_dropped_with_requests_in_flight(
     """Tclunk (twice) and Tversion of an open fid while reads, attribute reads and walks of it are
     in flight: every answer one of some serial order (before the clunk it works, after it the
     fid is unknown), QEMU alive, no host fd left behind."""
-    pid = device.machine.pid
-    before = qemu_fds(pid)
     name = "LOPEN" if backend == "synth" else "concurrent-fid-lifetime"
     if backend == "local":
         (Path(device.machine.config.fs.path) / name).write_bytes(CONTENT)
-    for seed in round_seeds(request):
-        rng = random.Random(seed)
-        p9.version(8192)
-        p9.attach(0)
-        fid = p9.walk_fid(0, [name])
-        p9.lopen(fid, os.O_RDONLY)
-        readers = ["getattr", "walk"] + (["read"] if backend == "local" else [])
-        ops = rng.sample(["clunk", "clunk", "version"], rng.randint(1, 3)) + rng.sample(
-            readers, rng.randint(1, len(readers))
-        )
-        rng.shuffle(ops)
-        answers = send_group(p9, [FID_REQUESTS[op](p9, fid) for op in ops], kick == "staggered")
-        assert_serial(request, seed, ops, answers, FidModel)
-        assert device.alive()
-        p9.version(8192)  # whatever the round left: every fid dropped
-    assert qemu_fds(pid) == before, f"QEMU holds {qemu_fds(pid) - before} more host fds after the rounds"
+    with no_fd_leaked(device):
+        for seed in round_seeds(request):
+            rng = random.Random(seed)
+            p9.version(8192)
+            p9.attach(0)
+            fid = p9.walk_fid(0, [name])
+            p9.lopen(fid, os.O_RDONLY)
+            readers = ["getattr", "walk"] + (["read"] if backend == "local" else [])
+            ops = rng.sample(["clunk", "clunk", "version"], rng.randint(1, 3)) + rng.sample(
+                readers, rng.randint(1, len(readers))
+            )
+            rng.shuffle(ops)
+            answers = send_group(p9, [FID_REQUESTS[op](p9, fid) for op in ops], kick == "staggered")
+            assert_serial(request, seed, ops, answers, FidModel)
+            assert device.alive()
+            p9.version(8192)  # whatever the round left: every fid dropped
     if backend == "local":
         (Path(device.machine.config.fs.path) / name).unlink()
 

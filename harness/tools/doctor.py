@@ -76,14 +76,15 @@ def _qemu_rows(binary: Path, rows: list[tuple[str, str]]) -> int:
     except HarnessError as err:
         rows.append(("QEMU", f"not usable: {str(err).splitlines()[0]}"))
         return UNUSABLE
+    synth = _synth_tree(binary, found.accel) if found.usable else "no (binary unusable)"
     rows += [
         ("QEMU version", found.version),
         ("qtest accelerator", _yes(found.qtest_accel) + ("" if found.qtest_accel else " (degraded: -accel tcg -S)")),
         ("-qtest option", _yes(found.qtest_option)),
         ("virtio-9p-pci", _yes(found.virtio_9p_pci)),
-        ("synth test tree", _synth_tree(binary, found.accel) if found.usable else "no (binary unusable)"),
+        ("synth test tree", synth),
         ("qos-test beside it", str(provision.qos_test_for(binary) or "no")),
     ]
     if not found.usable:
         return UNUSABLE
-    return OK if found.qtest_accel and rows[-2][1].startswith("yes") else DEGRADED
+    return OK if found.qtest_accel and synth.startswith("yes") else DEGRADED

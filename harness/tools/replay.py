@@ -66,11 +66,16 @@ def _shown(frame: bytes | None) -> str:
         return f"undecodable {frame[:32].hex()}"
 
 
-def _errno_of(frame: bytes) -> int | None:
+def _decoded(frame: bytes) -> wire.Message | None:
+    """The message ``frame`` holds, or None where it does not decode."""
     try:
-        message = wire.decode(frame)
+        return wire.decode(frame)
     except P9ProtocolError:
         return None
+
+
+def _errno_of(frame: bytes) -> int | None:
+    message = _decoded(frame)
     if isinstance(message, Rlerror):
         return message.ecode
     if isinstance(message, Rerror):
@@ -80,11 +85,8 @@ def _errno_of(frame: bytes) -> int | None:
 
 def _answers(request: bytes, frame: bytes) -> bool:
     """Whether ``frame`` is the reply type of ``request`` (a success, decoded)."""
-    try:
-        sent, got = wire.decode(request), wire.decode(frame)
-    except P9ProtocolError:
-        return False
-    return isinstance(sent, wire.TMessage) and type(got) is sent.reply_class()
+    sent, got = _decoded(request), _decoded(frame)
+    return isinstance(sent, wire.TMessage) and got is not None and type(got) is sent.reply_class()
 
 
 def _comparable(frame: bytes, local: bool) -> Any:
@@ -138,13 +140,6 @@ def _differs(step: Step, frame: bytes | None, local: bool, died: bool) -> str | 
     if _comparable(frame, local) != _comparable(step.reply, local):
         return f"recorded {_shown(step.reply)}, got {_shown(frame)}"
     return None
-
-
-def _decoded(frame: bytes) -> wire.Message | None:
-    try:
-        return wire.decode(frame)
-    except P9ProtocolError:
-        return None
 
 
 def replay(path: Path, explicit: str | None, timeout: float = 10.0, *, find_fix: bool = False) -> int:
