@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
+from fixtures.batches import in_batches
 from fixtures.case_path import case_path
 from fixtures.place import Place
 from harness.p9.messages import Rlerror, Tclunk, Tlopen, Twalk, Txattrcreate
-from harness.p9.session import Pending, Session
+from harness.p9.session import Session
 from harness.qemu import versions
 
 KIB = 1024
@@ -30,17 +31,6 @@ SANITIZER_OVERHEAD = 4
 #: V9FS_MAX_XATTR_DEFAULT: the xattr fids a client may hold at once since the max_xattr fix
 XATTR_FIDS_ALLOWED = 1024
 XATTR_SIZE = 64 * KIB  # XATTR_SIZE_MAX: the largest value a Txattrcreate may announce
-BATCH = 60  # requests in flight at once (the ring holds 64 two-descriptor chains)
-
-
-def in_batches(p9: Session, requests: list[Any]) -> list[Any]:
-    """Every reply message, the requests sent BATCH at a time."""
-    replies = []
-    for start in range(0, len(requests), BATCH):
-        with p9.batch():
-            pendings: list[Pending[Any]] = [p9.send(r) for r in requests[start : start + BATCH]]
-        replies += [pending.wait().message for pending in pendings]
-    return replies
 
 
 def clones(p9: Session, fid: int, first: int, count: int) -> list[int]:
