@@ -180,3 +180,35 @@ def test_a_relative_binary_is_made_absolute(monkeypatch: pytest.MonkeyPatch, qem
     relative = Path(qemu_under_test.binary.parent.name) / qemu_under_test.binary.name
     found, _ = provision.find_qemu(str(relative))
     assert found == qemu_under_test.binary.absolute()
+
+
+def test_sanitizer_kinds_name_one_build_variant(tmp_path: Path) -> None:
+    """``--sanitize`` takes -fsanitize's names: address and undefined together, thread alone (QEMU's
+    meson refuses TSan beside the others); TSan builds through --enable-tsan only, never falling
+    back to 7.2's --enable-sanitizers (which would make an ASan build under TSan's name)."""
+    from harness.qemu import build
+
+    assert build.sanitize_variant("undefined,address") == "asan+ubsan"
+    assert build.sanitize_variant("thread") == build.sanitize_variant("tsan") == "tsan"
+    for wrong in ("thread,address", "memory", ""):
+        with pytest.raises(ProvisionError):
+            build.sanitize_variant(wrong)
+    tree = tmp_path / "qemu-7.2-like"
+    tree.mkdir()
+    (tree / "configure").write_text("--enable-sanitizers) sanitizers=yes ;;\n")
+    assert build.variant_flags(tree, "asan+ubsan") == ["--enable-sanitizers"]
+    with pytest.raises(ProvisionError, match="--enable-tsan"):
+        build.variant_flags(tree, "tsan")
+    (tree / "configure").write_text("--enable-sanitizers --enable-tsan\n")
+    assert build.variant_flags(tree, "tsan") == ["--enable-tsan"]
+
+
+def test_a_tsan_build_gets_qemus_suppressions(tmp_path: Path) -> None:
+    """QEMU runs with TSan's options, and the suppressions file its TSan build keeps beside it."""
+    from harness.qemu import machine
+
+    binary = tmp_path / "qemu-system-x86_64"
+    assert "suppressions" not in machine.sanitizer_env(binary)["TSAN_OPTIONS"]
+    (tmp_path / "suppressions.tsan").write_text("race:pthread_mutex_init\n")
+    options = machine.sanitizer_env(binary)["TSAN_OPTIONS"]
+    assert f"suppressions={tmp_path / 'suppressions.tsan'}" in options and "exitcode=0" in options
