@@ -539,3 +539,29 @@ def test_a_batch_replays_as_one_kick(tmp_path: Path, qemu_under_test: QemuUnderT
     assert [step.batch for step in steps] == [0, 0, 1, 1, 0], steps
     done = harness("replay", str(reproducer), "--qemu-binary", str(qemu_under_test.binary))
     assert done.returncode == 0 and "all 5 requests answered as expected" in done.stdout, done.stdout
+
+
+def test_a_race_reproducer_is_judged_on_its_expectations_only() -> None:
+    """``<== anything but ENOENT (2)`` reads back as written; in a race's reproducer a reply
+    without an expectation is not compared (its order differs run to run), the raced one is:
+    ENOENT there is the race (1), anything else is not (0)."""
+    import errno as errnos
+
+    from harness.p9 import wire
+    from harness.p9.messages import Rlerror, Rmkdir, Tmkdir
+    from harness.p9.trace import Expectation, Step
+    from harness.tools import replay
+
+    race = Expectation(errnos.ENOENT, anything_but=True)
+    assert Expectation.parse(race.line()) == race and race.line() == "<== anything but Rlerror ENOENT (2)"
+    request = wire.encode(Tmkdir(dfid=1, name="a", mode=0o755, gid=0), 3)
+    enoent, eexist = (wire.encode(Rlerror(ecode=code), 3) for code in (errnos.ENOENT, errnos.EEXIST))
+    made = wire.encode(Rmkdir(qid=wire.Qid(wire.QTDIR, 0, 7)), 3)
+    other = Step(request, reply=made)  # recorded as made; this time the order gave EEXIST
+    assert replay._differs(other, eexist, local=True, died=False, race=True) is None
+    assert replay._differs(other, eexist, local=True, died=False) is not None  # a plain reproducer compares
+    raced = Step(request, reply=enoent, expected=race)
+    assert replay._differs(raced, eexist, local=True, died=False, race=True) is None
+    assert replay._differs(raced, made, local=True, died=False, race=True) is None
+    assert "(the race)" in str(replay._differs(raced, enoent, local=True, died=False, race=True))
+    assert replay._attempts("attempts 7") == 7 and replay._attempts("seen") == replay.RACE_ATTEMPTS

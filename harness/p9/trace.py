@@ -46,21 +46,29 @@ BATCH_BEGIN, BATCH_END = "batch: one kick", "end of batch"
 @dataclass(frozen=True)
 class Expectation:
     """What the case wanted of one reply: an errno (:data:`SUCCESS`: a reply of the request's own
-    type), or a field of the reply no larger than a bound (``<== msize at most 4186112``)."""
+    type), a field of the reply no larger than a bound (``<== msize at most 4186112``), or, for a
+    race, anything but one errno (``<== anything but ENOENT (2)``: which answer a serial order
+    gives depends on the order, the raced one no order gives)."""
 
     errno: int | None = None
     field: str = ""
     at_most: int = 0
+    #: the errno is the one answer not wanted
+    anything_but: bool = False
 
     def line(self) -> str:
         if self.errno is None:
             return f"<== {self.field} at most {self.at_most}"
+        if self.anything_but:
+            return f"<== anything but {wire.describe_rlerror(self.errno)}"
         return f"<== {'success (no error)' if self.errno == SUCCESS else wire.describe_rlerror(self.errno)}"
 
     @classmethod
     def parse(cls, line: str) -> Expectation:
         if line.startswith("<== success"):
             return cls(SUCCESS)
+        if line.startswith("<== anything but "):
+            return cls(int(line.rsplit("(", 1)[1].rstrip(")")), anything_but=True)
         if " at most " in line:
             field, bound = line[4:].split(" at most ")
             return cls(field=field.strip(), at_most=int(bound))

@@ -28,7 +28,9 @@ def _add_qemu(sub: Any) -> None:
     kind = build.add_mutually_exclusive_group()
     kind.add_argument("--gcov", action="store_true", help="with coverage counters (configure --enable-gcov)")
     kind.add_argument(
-        "--sanitize", metavar="KINDS", help="with sanitizers: address, undefined or address,undefined (ASan, UBSan)"
+        "--sanitize",
+        metavar="KINDS",
+        help="with sanitizers: address, undefined or address,undefined (ASan, UBSan); or thread (TSan)",
     )
     path = qemu_sub.add_parser("path", help="print the binary the harness would use (or the build of ORIGIN)")
     path.add_argument("origin", nargs="?", default=None, help=f"{origins}, or a source tree/tarball built before")
@@ -110,6 +112,10 @@ def _add_replay(sub: Any) -> None:
     replay.add_argument(
         "--find-fix", action="store_true",
         help="swap 0 and 1 (bug present: 0), for git bisect start --term-old=broken --term-new=fixed",
+    )  # fmt: skip
+    replay.add_argument(
+        "--attempts", type=int, metavar="N",
+        help="a race's reproducer: fresh replays until the race shows (default: its header's)",
     )  # fmt: skip
 
 
@@ -195,7 +201,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "replay":
         from harness.tools.replay import replay as run_replay
 
-        return run_replay(Path(args.file), args.qemu_binary, find_fix=args.find_fix)
+        return run_replay(Path(args.file), args.qemu_binary, find_fix=args.find_fix, attempts=args.attempts)
     if args.command == "coverage":
         from harness.qemu import build
         from harness.tools.coverage import coverage

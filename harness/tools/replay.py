@@ -16,6 +16,12 @@ verdict a ``git bisect run`` can use, one meaning whatever the case was:
 
 Replies are compared as decoded messages: on the local backend, values the host decides (qid
 paths and versions, times, inode numbers, block counts, directory offsets) are left out.
+
+A race's reproducer (``# race: attempts N``, written for a known race a case saw) is judged on its
+``<==`` lines only (``<== anything but ENOENT (2)``): the other replies are whatever the order the
+server took gives, which differs run to run. It is replayed on a fresh QEMU up to N times (or
+``--attempts``); the first attempt whose raced reply comes back as the race answered is 1, and N
+attempts without it are 0 ("not seen in N attempts": a race's absence is a measure, never proof).
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ ABSENT, PRESENT, UNTESTABLE, UNREADABLE = 0, 1, 125, 255
 #: how long a request unanswered when recorded must stay unanswered (a blocked synth request: the
 #: server answers those within milliseconds when it does)
 UNANSWERED_WAIT = 0.5
+#: how many fresh replays a race's reproducer gets, unless its header or --attempts says otherwise
+RACE_ATTEMPTS = 50
 #: fields whose values the host filesystem decides, not the server: left out on local
 HOST_DECIDED = {"path", "version", "offset", "blocks", "bfree", "bavail", "files", "ffree", "fsid", "blksize", "ino",
                 "atime_sec", "atime_nsec", "mtime_sec", "mtime_nsec", "ctime_sec", "ctime_nsec", "btime_sec",
@@ -116,10 +124,13 @@ def _comparable(frame: bytes, local: bool) -> Any:
     return (message.NAME, strip(fields))
 
 
-def _differs(step: Step, frame: bytes | None, local: bool, died: bool) -> str | None:
+def _differs(step: Step, frame: bytes | None, local: bool, died: bool, race: bool = False) -> str | None:
     """Why this reply breaks the expectation, or None. A request unanswered when recorded must stay
-    unanswered, unless QEMU had died then (any answer will do: it is the death that is judged)."""
+    unanswered, unless QEMU had died then (any answer will do: it is the death that is judged).
+    In a race's reproducer only the expectations are judged."""
     wanted = step.expected
+    if race and wanted is None:
+        return None
     if frame is None:
         return "no reply (QEMU hangs on it)" if step.reply is not None or wanted is not None else None
     if wanted is not None and wanted.errno is None:  # a field's bound
@@ -131,6 +142,10 @@ def _differs(step: Step, frame: bytes | None, local: bool, died: bool) -> str | 
         if _errno_of(frame) is None and _answers(step.request, frame):
             return None
         return f"expected success, got {_shown(frame)}"
+    if wanted is not None and wanted.anything_but and wanted.errno is not None:
+        if _errno_of(frame) != wanted.errno:
+            return None
+        return f"expected anything but {wire.describe_rlerror(wanted.errno)}, got {_shown(frame)} (the race)"
     if wanted is not None and wanted.errno is not None:
         if _errno_of(frame) == wanted.errno:
             return None
@@ -142,10 +157,13 @@ def _differs(step: Step, frame: bytes | None, local: bool, died: bool) -> str | 
     return None
 
 
-def replay(path: Path, explicit: str | None, timeout: float = 10.0, *, find_fix: bool = False) -> int:
+def replay(
+    path: Path, explicit: str | None, timeout: float = 10.0, *, find_fix: bool = False, attempts: int | None = None
+) -> int:
     """The verdict (module docstring); ``find_fix`` swaps 0 and 1, so that a bisection whose
-    old commits have the bug and new ones the fix can run it as it is."""
-    verdict = _verdict(path, explicit, timeout)
+    old commits have the bug and new ones the fix can run it as it is; ``attempts`` overrides a
+    race reproducer's own count."""
+    verdict = _verdict(path, explicit, timeout, attempts)
     if find_fix and verdict in (ABSENT, PRESENT):
         swapped = PRESENT if verdict == ABSENT else ABSENT
         print(f"--find-fix: exit {swapped} ({'the fix is here' if verdict == ABSENT else 'still broken'})")
@@ -153,7 +171,7 @@ def replay(path: Path, explicit: str | None, timeout: float = 10.0, *, find_fix:
     return verdict
 
 
-def _verdict(path: Path, explicit: str | None, timeout: float) -> int:
+def _verdict(path: Path, explicit: str | None, timeout: float, attempts: int | None = None) -> int:
     try:
         header, steps = read_reproducer(path)
     except ReproducerError as err:
@@ -175,9 +193,31 @@ def _verdict(path: Path, explicit: str | None, timeout: float) -> int:
         print(f"cannot replay {path}: {err}")
         return UNREADABLE
     print(f"QEMU under test: {binary} (from {source})")
+    if "race" not in header:
+        return _replay_in(path, header, steps, config, timeout)
+    tries = attempts or _attempts(header["race"])
+    for attempt in range(1, tries + 1):
+        verdict = _replay_in(path, header, steps, config if attempt == 1 else _config(binary, header), timeout, True)
+        if verdict != ABSENT:
+            what = "showed" if verdict == PRESENT else "could not be judged"
+            print(f"the race {what} at attempt {attempt} of {tries}")
+            return verdict
+    print(f"the race was not seen in {tries} attempts")
+    return ABSENT
+
+
+def _attempts(race: str) -> int:
+    """``attempts 200`` (the race header's value) -> 200."""
+    words = race.split()
+    return int(words[1]) if len(words) > 1 and words[0] == "attempts" and words[1].isdigit() else RACE_ATTEMPTS
+
+
+def _replay_in(path: Path, header: dict[str, str], steps: list[Step], config: MachineConfig, timeout: float,
+               race: bool = False) -> int:  # fmt: skip
+    """One replay on ``config``, whose local export (a fresh directory) is removed after it."""
     export = config.fs.path if isinstance(config.fs, LocalFs) else None
     try:
-        return _replay(path, header, steps, config, timeout)
+        return _replay(path, header, steps, config, timeout, race)
     finally:
         if export is not None:
             shutil.rmtree(export, ignore_errors=True)
@@ -226,21 +266,24 @@ def _config(binary: Path, header: dict[str, str]) -> MachineConfig:
     return config
 
 
-def _replay(path: Path, header: dict[str, str], steps: list[Step], config: MachineConfig, timeout: float) -> int:
+def _replay(path: Path, header: dict[str, str], steps: list[Step], config: MachineConfig, timeout: float,
+            race: bool = False) -> int:  # fmt: skip
     local = config.fs.kind == "local"
     recorded_death = header.get("qemu-died")
-    print(f"replaying {len(steps)} requests of {path} ({config.fs.kind}, {config.transport})")
-    if local and "host-files" in header:
+    if not race:
+        print(f"replaying {len(steps)} requests of {path} ({config.fs.kind}, {config.transport})")
+    if local and "host-files" in header and not race:
         print("note: the case's host files are made as they were at its first request; later ones are not")
     try:
         with connect(config, msize=None) as conn:
-            return _judge(conn, steps, local, recorded_death, timeout)
+            return _judge(conn, steps, local, recorded_death, timeout, race)
     except QEMUStartError as err:
         print(f"this binary cannot test the reproducer: QEMU does not start with its configuration: {err.message}")
         return UNTESTABLE
 
 
-def _judge(conn: Connection, steps: list[Step], local: bool, recorded_death: str | None, timeout: float) -> int:
+def _judge(conn: Connection, steps: list[Step], local: bool, recorded_death: str | None, timeout: float,
+           race: bool = False) -> int:  # fmt: skip
     deferred: list[tuple[int, Step, Pending[Any]]] = []
     index = 0
     died = recorded_death is not None
@@ -255,12 +298,12 @@ def _judge(conn: Connection, steps: list[Step], local: bool, recorded_death: str
                 if not step.in_line:
                     deferred.append((index, step, pending))
                     continue
-                if (difference := _differs(step, _reply(pending, timeout), local, died)) is not None:
+                if (difference := _differs(step, _reply(pending, timeout), local, died, race)) is not None:
                     return _verdict_present(index, step, difference)
         for index, step, pending in deferred:
             # a request unanswered when recorded is given a short while to stay so
             wait = timeout if step.reply is not None or step.expected is not None else UNANSWERED_WAIT
-            if (difference := _differs(step, _reply(pending, wait), local, died)) is not None:
+            if (difference := _differs(step, _reply(pending, wait), local, died, race)) is not None:
                 return _verdict_present(index, step, difference)
         conn.session.close(check=False)
     except (QEMUError, QTestError) as err:
@@ -272,6 +315,8 @@ def _judge(conn: Connection, steps: list[Step], local: bool, recorded_death: str
         same = recorded_death is not None and recorded_death.endswith(f"at request {index}")
         print(f"{death}{', as recorded' if same else ''} ({type(err).__name__})")
         return PRESENT
+    if race:
+        return ABSENT
     unanswered = sum(1 for step in steps if step.reply is None and step.expected is None)
     counted = f"all {len(steps)} requests answered as expected"
     if unanswered:
