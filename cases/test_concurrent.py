@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import itertools
 import os
 import random
@@ -29,6 +30,7 @@ import pytest
 from fixtures.batches import in_batches
 from fixtures.case_path import case_path
 from fixtures.place import Place
+from fixtures.races import CREATE_RACE, LISTING_RACE, CreateRaceSeen, ListingRaceSeen
 from harness.p9 import wire
 from harness.p9.messages import (
     Rclunk,
@@ -43,6 +45,7 @@ from harness.p9.messages import (
     Tflush,
     Tgetattr,
     Tlopen,
+    Tmkdir,
     Tread,
     Treaddir,
     Treadlink,
@@ -219,28 +222,40 @@ def no_fd_leaked(device: Any) -> Iterator[None]:
 
 
 def one_round(
-    p9: Session, place: Place, rng: random.Random, staggered: bool, host_link: bool = False
+    p9: Session,
+    place: Place,
+    rng: random.Random,
+    staggered: bool,
+    host_link: bool = False,
+    frames: list[bytes] | None = None,
 ) -> tuple[list[str], tuple[Outcome, ...]]:
-    """Set the directory up, send a random group (a writer at least) in a random order, await all."""
+    """Set the directory up, send a random group (a writer at least) in a random order, await all
+    (their reply frames into ``frames``)."""
     populate(place.host_path(), host_link)
     fids = Fids.make(p9, place, host_link)
     readers = [op for op in REQUESTS if op not in WRITERS]
     ops = rng.sample(list(WRITERS), rng.randint(1, len(WRITERS))) + rng.sample(readers, rng.randint(1, 4))
     rng.shuffle(ops)
-    answers = send_group(p9, [REQUESTS[op](fids) for op in ops], staggered)
+    answers = send_group(p9, [REQUESTS[op](fids) for op in ops], staggered, frames)
     for fid in sorted(p9.fids - {0, place.fid}):
         p9.clunk(fid)
     return ops, answers
 
 
-def send_group(p9: Session, requests: list[TMessage[Any]], staggered: bool) -> tuple[Outcome, ...]:
-    """All of ``requests`` in flight together: in one kick, or one kick each; then every answer."""
+def send_group(
+    p9: Session, requests: list[TMessage[Any]], staggered: bool, frames: list[bytes] | None = None
+) -> tuple[Outcome, ...]:
+    """All of ``requests`` in flight together: in one kick, or one kick each; then every answer
+    (and, given ``frames``, the reply frames in the order of ``requests``, replacing its content)."""
     if staggered:
         pendings = [p9.send(request) for request in requests]
     else:
         with p9.batch():
             pendings = [p9.send(request) for request in requests]
-    return tuple(observed(pending) for pending in pendings)
+    answers = tuple(observed(pending) for pending in pendings)
+    if frames is not None:
+        frames[:] = [pending.wait().frame for pending in pendings]
+    return answers
 
 
 def round_seeds(request: pytest.FixtureRequest, share: float = 1.0) -> list[int]:
@@ -264,22 +279,6 @@ def assert_serial(request: pytest.FixtureRequest, seed: int, ops: list[str], ans
     )
 
 
-class ListingRaceSeen(AssertionError):
-    """Treaddir failed with ENOENT because an entry went away while it was listed (the known race
-    under multidevs=remap); every other reply of those rounds linearized."""
-
-
-#: v9fs_co_readdir_many() stats every entry under multidevs=remap; one removed between getdents
-#: and that lstat() fails the whole Treaddir with ENOENT (hw/9pfs/codir.c, `break` on the lstat
-#: error): a listing must list the entry or not, never fail for it.
-LISTING_RACE = (
-    "v9fs_co_readdir_many() lstat()s each entry when multidevs=remap (for its qid) and fails the whole "
-    "Treaddir with that lstat's ENOENT when the entry was unlinked or renamed after getdents: a directory "
-    "listing fails because a file went away (Linux: ls says 'No such file or directory'). Seen on 10.0.13 in "
-    "a few rounds in a hundred; the code is the same on every version"
-)
-
-
 @pytest.mark.qemu_bug(fixed_in=(), when={"multidevs": "remap"}, race=True, raises=ListingRaceSeen, reason=LISTING_RACE)
 @case_path("concurrent/rename_under_readers/{security_model}/{multidevs}/{kick}", backends=["local"],
            security_model=MODELS, multidevs=["warn", "remap"], kick=["one_kick", "staggered"])  # fmt: skip
@@ -289,18 +288,19 @@ def test_rename_under_readers(place: Place, device: Any, request: pytest.Fixture
     throughout, and leaks no host file descriptor. Under remap a listing that failed with ENOENT
     is the known race: the round's other replies must still linearize, and the case ends as that
     race's xfail, naming the seeds that saw it."""
-    p9 = place.session
-    raced = []
+    p9, frames = place.session, list[bytes]()
+    raced, first = [], None
     with no_fd_leaked(device):
         for seed in round_seeds(request):
-            ops, answers = one_round(p9, place, random.Random(seed), kick == "staggered")
+            ops, answers = one_round(p9, place, random.Random(seed), kick == "staggered", frames=frames)
             if multidevs == "remap" and "readdir" in ops and answers[ops.index("readdir")] == "ENOENT":
                 raced.append(seed)
+                first = first or frames[ops.index("readdir")]
                 ops, answers = _without(ops, answers, "readdir")
             assert_serial(request, seed, ops, answers)
             assert device.alive()
     if raced:
-        raise ListingRaceSeen(f"Treaddir failed with ENOENT in the rounds of seeds {raced}")
+        raise ListingRaceSeen(f"Treaddir failed with ENOENT in the rounds of seeds {raced}", first)
 
 
 class ReadonlyModel(Model):
@@ -320,6 +320,76 @@ def test_refused_renames_under_readers(place: Place, device: Any, request: pytes
             ops, answers = one_round(place.session, place, random.Random(seed), kick == "staggered", host_link=True)
             assert_serial(request, seed, ops, answers, ReadonlyModel)
             assert device.alive()
+
+
+@dataclass
+class NameModel:
+    """One name ``a`` in a directory, made and removed by the round's requests: absent, a
+    directory or a symlink. Creation answers EEXIST on a taken name; unlinkat(2)'s errnos."""
+
+    node: str | None = None
+
+    def apply(self, op: str) -> Outcome:
+        if op in CREATORS:
+            if self.node is not None:
+                return "EEXIST"
+            self.node = "dir" if op.startswith("mkdir") else "link"
+            return "ok"
+        if self.node is None:
+            return "ENOENT"
+        wants_dir = op.startswith("rmdir")
+        if (self.node == "dir") != wants_dir:
+            return "ENOTDIR" if wants_dir else "EISDIR"
+        self.node = None
+        return "ok"
+
+
+CREATORS = ("mkdir_a", "mkdir_a2", "symlink_a")
+NAME_REQUESTS: dict[str, Callable[[Session, int], TMessage[Any]]] = {
+    "mkdir_a": lambda p9, d: Tmkdir(dfid=d, name="a", mode=0o755, gid=0),
+    "mkdir_a2": lambda p9, d: Tmkdir(dfid=d, name="a", mode=0o700, gid=0),
+    "symlink_a": lambda p9, d: Tsymlink(fid=d, name="a", symtgt="t", gid=0),
+    "rmdir_a": lambda p9, d: Tunlinkat(dirfd=d, name="a", flags=wire.AT_REMOVEDIR),
+    "rmdir_a2": lambda p9, d: Tunlinkat(dirfd=d, name="a", flags=wire.AT_REMOVEDIR),
+    "unlink_a": lambda p9, d: Tunlinkat(dirfd=d, name="a", flags=0),
+}
+
+
+@pytest.mark.qemu_bug(fixed_in=(), race=True, raises=CreateRaceSeen, reason=CREATE_RACE)
+@case_path("concurrent/create_under_removers/{security_model}/{kick}", backends=["local"], security_model=MODELS,
+           kick=["one_kick", "staggered"])  # fmt: skip
+def test_create_under_removers(place: Place, device: Any, request: pytest.FixtureRequest, security_model: str,
+                               kick: str) -> None:  # fmt: skip
+    """Tmkdir and Tsymlink of one name in flight with Tunlinkat of it (a directory or not): each
+    round's replies are some serial order's, a creation that answered ENOENT (the known race)
+    aside; the name ends as that order leaves it; QEMU leaks no host fd."""
+    p9, frames = place.session, list[bytes]()
+    raced, first = [], None
+    with no_fd_leaked(device):
+        for seed in round_seeds(request):
+            rng = random.Random(seed)
+            start = rng.choice([None, "dir"])
+            # the round's start through 9P, not on the host: the reproducer then replays every round
+            for flags in (wire.AT_REMOVEDIR, 0):
+                p9.send(Tunlinkat(dirfd=place.fid, name="a", flags=flags)).wait()
+            if start:
+                p9.mkdir(place.fid, "a", 0o755)
+            ops = rng.sample(list(NAME_REQUESTS), rng.randint(2, 4))
+            answers = send_group(p9, [NAME_REQUESTS[op](p9, place.fid) for op in ops], kick == "staggered", frames)
+            model_of = functools.partial(NameModel, start)
+            if answers not in serial_outcomes(ops, model_of):
+                # the known race turns a creation's "ok" into ENOENT: the node was made all the same
+                created = tuple(
+                    "ok" if op in CREATORS and got == "ENOENT" else got for op, got in zip(ops, answers, strict=True)
+                )
+                if created != answers and created in serial_outcomes(ops, model_of):
+                    raced.append(seed)
+                    first = first or frames[[a == c for a, c in zip(answers, created, strict=True)].index(False)]
+                    answers = created
+            assert_serial(request, seed, ops, answers, model_of)
+            assert device.alive()
+    if raced:
+        raise CreateRaceSeen(f"a creation answered ENOENT after making its node in the rounds of seeds {raced}", first)
 
 
 def _without(ops: list[str], answers: tuple[Outcome, ...], op: str) -> tuple[list[str], tuple[Outcome, ...]]:

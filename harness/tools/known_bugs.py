@@ -54,17 +54,26 @@ def known_bugs(cases: Path = PROJECT / "cases") -> list[KnownBug]:
     found = []
     for path in sorted(cases.glob("test_*.py")):
         module = ast.parse(path.read_text())
-        constants = {  # module-level NAME = literal, which a marker may name
-            target.id: node.value
-            for node in module.body
-            if isinstance(node, ast.Assign)
-            for target in node.targets
-            if isinstance(target, ast.Name)
-        }
+        constants = _constants(module)  # module-level NAME = literal, which a marker may name
+        for statement in module.body:  # and those it imports from a fixtures module (fixtures/races.py)
+            if isinstance(statement, ast.ImportFrom) and (statement.module or "").startswith("fixtures."):
+                imported = cases.parent / f"{str(statement.module).replace('.', '/')}.py"
+                source = _constants(ast.parse(imported.read_text()))
+                constants |= {alias.name: source[alias.name] for alias in statement.names if alias.name in source}
         for node in ast.walk(module):
             if isinstance(node, ast.FunctionDef):
                 found += _bugs_of(node, constants)
     return sorted(found, key=lambda bug: bug.case)
+
+
+def _constants(module: ast.Module) -> dict[str, ast.expr]:
+    return {
+        target.id: node.value
+        for node in module.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
 
 
 def _bugs_of(function: ast.FunctionDef, constants: dict[str, ast.expr]) -> list[KnownBug]:
