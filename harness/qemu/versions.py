@@ -36,6 +36,9 @@ FD_SETATTR = ("10.1.0",)
 FID_HANDLE_CHECK = ("10.0.12", "11.0.3", "11.1.0")
 #: Tversion caps msize at the transport's limit: bb5ab96e35
 MSIZE_CAP = ("10.0.12", "11.0.3", "11.1.0")
+#: Treaddir's count constrained to the reply buffer the driver gave, before the entries are
+#: collected (CVE-2026-9238): 64c6c7e0df
+READDIR_CAP = ("10.0.12", "11.0.3", "11.1.0")
 #: Twstat rename with a '/' in the new name is refused, not an assert: 7f5445e7e4
 WSTAT_NAME_CHECK = ("10.0.11", "10.2.4", "11.0.2", "11.1.0")
 #: Tmknod of a FIFO or socket works again (regression of the CVE-2023-2861 fix): d06a9d843f
