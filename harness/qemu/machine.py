@@ -193,21 +193,23 @@ def writes_coverage(binary: Path) -> bool:
     )
 
 
-#: A TSan report is the device's when a frame of it is in the 9p server or the fsdev layer below
-#: it; the others are QEMU core's (util/async.c's lock-free bottom-half list, say, whose plain
-#: reads beside atomics TSan reports on every machine, 9p or not) and fail no 9p case. Nor does a
+#: A TSan report is the device's when the place its SUMMARY line names (the first frame of the
+#: racing access in QEMU's own code) is in the 9p server or the fsdev layer below it; the others
+#: are QEMU core's (util/async.c's lock-free bottom-half list, say, whose plain reads beside
+#: atomics TSan reports on every machine, 9p or not, even when a 9p function scheduled the bottom
+#: half) and fail no 9p case. Nor does a
 #: report whose other access is qtest's own read or write of guest memory: qtest stands in for
 #: the guest's CPU, which the virtio protocol orders against the device through the used ring in
 #: guest RAM, an ordering TSan cannot see (seen on master: a Tread's preadv into a reply buffer
 #: "racing" the harness's read of that buffer's previous reply).
-NINEP_FRAMES = re.compile(r"\bhw/9pfs/|\bfsdev/")
+NINEP_FRAMES = re.compile(r"^SUMMARY: ThreadSanitizer: .*(\bhw/9pfs/|\bfsdev/)", re.MULTILINE)
 GUEST_ACCESS = re.compile(r"\bqtest_process_command\b")
 
 
 def sanitizer_report(output: str) -> str | None:
     """The first report in QEMU's ``output`` that a case answers for (from its first line to its
     SUMMARY line, or to the end), or None: any AddressSanitizer or UndefinedBehaviorSanitizer
-    report; a ThreadSanitizer report only when 9pfs code is in it (:data:`NINEP_FRAMES`) and
+    report; a ThreadSanitizer report only when it names 9pfs code (:data:`NINEP_FRAMES`) and
     its other access is not qtest's access to guest memory (:data:`GUEST_ACCESS`)."""
     for found in _SANITIZER_START.finditer(output):
         rest = output[found.start() :]
