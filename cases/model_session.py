@@ -65,13 +65,17 @@ class Model:
         for p in [p for p in self.nodes if p[: len(path)] == path]:
             del self.nodes[p]
 
+    def parent_errno(self, parent: tuple[str, ...]) -> int | None:
+        """ENOENT for a directory fid whose path is gone, ENOTDIR for one on a file, else None."""
+        if parent not in self.nodes:
+            return errno.ENOENT
+        return errno.ENOTDIR if self.nodes[parent] is not None else None
+
     def unlink_errno(self, parent: tuple[str, ...], name: str, removedir: bool) -> int:
         """Tunlinkat(parent, name): 0 or the errno unlinkat(2) gives, the parent being reached."""
         path = (*parent, name)
-        if parent not in self.nodes:
-            return errno.ENOENT
-        if self.nodes[parent] is not None:
-            return errno.ENOTDIR
+        if (refused := self.parent_errno(parent)) is not None:
+            return refused
         if path not in self.nodes:
             return errno.ENOENT
         if self.nodes[path] is None:
@@ -82,10 +86,8 @@ class Model:
         """Trenameat(source -> target): 0 or the errno rename(2) gives (lookups first, then the
         kernel's "trap" checks, then the kinds of source and target)."""
         for parent in (source[:-1], target[:-1]):
-            if parent not in self.nodes:
-                return errno.ENOENT
-            if self.nodes[parent] is not None:
-                return errno.ENOTDIR
+            if (refused := self.parent_errno(parent)) is not None:
+                return refused
         if source not in self.nodes:
             return errno.ENOENT
         if source == target:
@@ -152,10 +154,8 @@ class BatchModel:
         parent = self.fid_paths[fids[0]]
         if op.kind == "mkdir":
             name = op.path[-1]
-            if parent not in nodes:
-                return errno.ENOENT
-            if nodes[parent] is not None:
-                return errno.ENOTDIR
+            if (refused := self.tree.parent_errno(parent)) is not None:
+                return refused
             if (*parent, name) in nodes:
                 return errno.EEXIST
             nodes[(*parent, name)] = None
