@@ -378,8 +378,8 @@ class NameModel:
     node: str | None = None
 
     def apply(self, op: str) -> Outcome:
-        if op == RACED:  # a raced creation that left nothing behind (see explained_by_race)
-            return RACED
+        if op == RACED:  # a raced creation that made its node on a free name, then lost it
+            return RACED if self.node is None else "EEXIST"
         if op in CREATORS:
             if self.node is not None:
                 return "EEXIST"
@@ -404,7 +404,8 @@ RACED = "raced"
 
 def explained_by_race(ops: list[str], answers: tuple[Outcome, ...], start: str | None) -> int | None:
     """Where a creation answered with the create race's errno, the replies some serial order
-    gives once each such creation is taken as made (answered "ok") or as leaving nothing behind:
+    gives once each such creation is taken as made (answered "ok") or as made on a free name and
+    gone at once:
     QEMU removes the directory a failed Tmkdir made, by name (local_mkdir's err_end), and that
     can be another request's directory by then (master, security_model=none: two Tmkdirs both
     answered ENOENT and a Tsymlink of the name succeeded). The first raced reply's index, or None
