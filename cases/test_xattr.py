@@ -93,13 +93,20 @@ def test_xattr_create_flags_are_checked_at_clunk(place: Place) -> None:
     assert os.getxattr(host, "user.color") == b"blue" and "user.missing" not in os.listxattr(host)
 
 
-@case_path("xattr/too_big", backends=["local"])
-def test_xattr_too_big(place: Place) -> None:
-    """attr_size above 64 KiB (XATTR_SIZE_MAX) is refused at once with E2BIG."""
+#: attr_size just above XATTR_SIZE_MAX; 2**32, which a size kept in 32 bits would see as 0 (and
+#: accept); the largest the field holds
+TOO_BIG = {"65537": 65537, "4G": 1 << 32, "max": (1 << 64) - 1}
+
+
+@case_path("xattr/too_big/{size}", backends=["local"], size=list(TOO_BIG))
+def test_xattr_too_big(place: Place, size: str) -> None:
+    """attr_size above 64 KiB (XATTR_SIZE_MAX) is refused at once with E2BIG, up to the largest
+    the u64 field holds; nothing is set and the fid stays the file's."""
     p9 = place.session
     fid = file_fid(place)
     with expect_rlerror(errno.E2BIG):
-        p9.rpc(Txattrcreate(fid=fid, name="user.big", attr_size=65537, flags=0))
+        p9.rpc(Txattrcreate(fid=fid, name="user.big", attr_size=TOO_BIG[size], flags=0))
+    assert p9.getattr(fid).qid.type == 0, "the fid is still the file's after the refusal"
     assert "user.big" not in os.listxattr(place.host_path("f"))
     p9.clunk(fid)
 
