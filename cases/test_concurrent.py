@@ -403,9 +403,8 @@ RACED = "raced"
 
 
 def explained_by_race(ops: list[str], answers: tuple[Outcome, ...], start: str | None) -> int | None:
-    """Where a creation answered with the create race's errno, the replies some serial order
-    gives once each such creation is taken as made (answered "ok") or as made on a free name and
-    gone at once:
+    """Whether the replies are some serial order's once each creation that answered the create
+    race's errno is taken as made (answered "ok") or as made on a free name and gone at once:
     QEMU removes the directory a failed Tmkdir made, by name (local_mkdir's err_end), and that
     can be another request's directory by then (master, security_model=none: two Tmkdirs both
     answered ENOENT and a Tsymlink of the name succeeded). The first raced reply's index, or None
