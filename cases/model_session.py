@@ -419,6 +419,7 @@ class SessionAgainstModel(RuleBasedStateMachine):
                 self.p9.clunk(fid)
         serial = [self.serially(ops, uses, fid_paths, order) for order in itertools.permutations(range(len(ops)))]
         orders = [model for model, got in serial if got == answers]
+        race = None
         if not orders:  # a known race's answer stands for the one a serial order gives: noted, checked so
             answers, race = self.known_race(ops, answers, [pending.wait().frame for pending in pendings])
             orders = [
@@ -430,7 +431,19 @@ class SessionAgainstModel(RuleBasedStateMachine):
             f"batch {[str(op) for op in ops]} answered {answers}, which no serial order gives "
             f"(serial orders: {sorted({str(got) for _, got in serial})})"
         )
-        self.model = self.settle([m.tree for m in orders])
+        if race is None:
+            self.model = self.settle([m.tree for m in orders])
+            return
+        # a raced Tmkdir may also have removed, by name, a directory another request made: the
+        # tree is asked of the server wherever the batch or the orders could have left it
+        self.model = orders[0].tree
+        touched = {p for op in ops for p in (op.path, op.target) if p} | {p for m in orders for p in m.tree.nodes}
+        for path in sorted(touched, key=len):  # parents first: below a missing parent nothing is
+            found = self.look(path) if self.model.nodes.get(path[:-1], b"") is None else "absent"
+            if isinstance(found, str):
+                self.model.remove(path)
+            else:
+                self.model.nodes[path] = found
 
     def known_race(
         self, ops: list[BatchOp], answers: tuple[object, ...], frames: list[bytes]
