@@ -167,6 +167,7 @@ TSAN_OPTIONS = "detect_deadlocks=0:history_size=7:exitcode=0:halt_on_error=0"
 _SANITIZER_START = re.compile(
     r"^(==\d+==ERROR: \w+Sanitizer|.*: runtime error: |WARNING: ThreadSanitizer: )", re.MULTILINE
 )
+_SANITIZER_SUMMARY = re.compile(r"^SUMMARY: \w+Sanitizer.*$", re.MULTILINE)
 
 
 def sanitizer_env(binary: Path) -> dict[str, str]:
@@ -197,11 +198,10 @@ def writes_coverage(binary: Path) -> bool:
 #: racing access in QEMU's own code) is in the 9p server or the fsdev layer below it; the others
 #: are QEMU core's (util/async.c's lock-free bottom-half list, say, whose plain reads beside
 #: atomics TSan reports on every machine, 9p or not, even when a 9p function scheduled the bottom
-#: half) and fail no 9p case. Nor does a
-#: report whose other access is qtest's own read or write of guest memory: qtest stands in for
-#: the guest's CPU, which the virtio protocol orders against the device through the used ring in
-#: guest RAM, an ordering TSan cannot see (seen on master: a Tread's preadv into a reply buffer
-#: "racing" the harness's read of that buffer's previous reply).
+#: half) and fail no 9p case. Nor does a report whose other access is qtest's own read or write of
+#: guest memory: qtest stands in for the guest's CPU, which the virtio protocol orders against the
+#: device through the used ring in guest RAM, an ordering TSan cannot see (seen on master: a
+#: Tread's preadv into a reply buffer "racing" the harness's read of that buffer's previous reply).
 NINEP_FRAMES = re.compile(r"^SUMMARY: ThreadSanitizer: .*(\bhw/9pfs/|\bfsdev/)", re.MULTILINE)
 GUEST_ACCESS = re.compile(r"\bqtest_process_command\b")
 
@@ -212,9 +212,8 @@ def sanitizer_report(output: str) -> str | None:
     report; a ThreadSanitizer report only when it names 9pfs code (:data:`NINEP_FRAMES`) and
     its other access is not qtest's access to guest memory (:data:`GUEST_ACCESS`)."""
     for found in _SANITIZER_START.finditer(output):
-        rest = output[found.start() :]
-        summary = re.search(r"^SUMMARY: \w+Sanitizer.*$", rest, re.MULTILINE)
-        report = rest[: summary.end()] if summary else rest
+        summary = _SANITIZER_SUMMARY.search(output, found.start())  # no copy of the rest per report
+        report = output[found.start() : summary.end() if summary else len(output)]
         tsan = report.startswith("WARNING: ThreadSanitizer")
         if not tsan or (NINEP_FRAMES.search(report) and not GUEST_ACCESS.search(report)):
             return report
