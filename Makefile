@@ -17,6 +17,7 @@ unexport PYTHONDONTWRITEBYTECODE
 
 PACKAGED_QEMU := /usr/bin/qemu-system-x86_64
 TSHARK := /usr/bin/tshark
+POSIX_TOOLS := /usr/bin/stress-ng /usr/bin/fio /usr/bin/autoreconf /usr/bin/automake
 
 .PHONY: venv qemu tools conformance test selftest lint clean
 
@@ -27,7 +28,10 @@ $(VENV)/.installed: pyproject.toml
 	  echo "installing python3-venv (Debian's python needs it for virtualenvs)"; \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,plot]'
+	@# pyfuse3 (the mount, the posix family) builds against libfuse3; fuse3 brings fusermount3
+	@dpkg-query -W -f '$${Status}\n' libfuse3-dev fuse3 pkg-config gcc python3-dev 2>/dev/null | grep -c '^install ok installed' | grep -qx 5 || { \
+	  $(call apt_install,libfuse3-dev fuse3 pkg-config gcc python3-dev); }
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,plot,posix]'
 	touch $@
 
 qemu: venv
@@ -39,7 +43,12 @@ endif
 
 # For the self-tests: Debian's own QEMU (no qtest accelerator, for the degraded mode) and tshark
 # (to prove that Wireshark's 9P dissector reads our captures).
-tools: $(PACKAGED_QEMU) $(TSHARK)
+# For the posix family (pytest cases/ -m posix): stress-ng and fio run on the mount, and pjdfstest
+# is built from its source with autoconf and automake.
+tools: $(PACKAGED_QEMU) $(TSHARK) $(POSIX_TOOLS)
+
+$(POSIX_TOOLS):
+	$(call apt_install,stress-ng fio autoconf automake)
 
 $(PACKAGED_QEMU):
 	$(call apt_install,qemu-system-x86)

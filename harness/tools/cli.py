@@ -134,6 +134,19 @@ def _add_repl(sub: Any) -> None:
     repl.add_argument("--transport", choices=("modern", "legacy"), default="modern")
 
 
+def _add_mount(sub: Any) -> None:
+    mount = sub.add_parser("mount", help="mount the export through FUSE: programs on the host become 9P clients")
+    mount.add_argument("mountpoint")
+    mount.add_argument("--qemu-binary")
+    mount.add_argument("--backend", choices=("local", "synth"), default="local")
+    mount.add_argument("--export", help="the directory --backend local exports (default: a new empty one)")
+    mount.add_argument(
+        "--security-model", choices=("passthrough", "mapped-xattr", "mapped-file", "none"), default="passthrough"
+    )
+    mount.add_argument("--msize", type=int, default=512 << 10, help="the msize asked for (default 512 KiB)")
+    mount.add_argument("--trace-dir", help="write the 9P conversation here at the end (trace.txt, reproducer.9p)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every subcommand, one small function each (the tools themselves are imported when run:
     importing them all costs every ``python -m harness`` about a second)."""
@@ -149,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_replay,
         _add_matrix,
         _add_repl,
+        _add_mount,
     ):
         add(sub)
     return parser
@@ -190,6 +204,17 @@ def _dispatch(args: argparse.Namespace) -> int:
             raise HarnessError("--export names the directory of --backend local; the synth backend exports none")
         binary, _ = provision.find_qemu(args.qemu_binary)
         return run_repl(binary, args.backend, args.export, args.transport)
+    if args.command == "mount":
+        from harness.fuse.mount import MountOptions, run
+
+        if args.export and args.backend != "local":
+            raise HarnessError("--export names the directory of --backend local; the synth backend exports none")
+        binary, _ = provision.find_qemu(args.qemu_binary)
+        options = MountOptions(
+            Path(args.mountpoint), binary, args.backend, Path(args.export) if args.export else None,
+            args.security_model, args.msize, Path(args.trace_dir) if args.trace_dir else None,
+        )  # fmt: skip
+        return run(options)
     if args.command == "matrix":
         from harness.qemu import build, versions
         from harness.tools.matrix import matrix as run_matrix

@@ -243,6 +243,8 @@ def _config(binary: Path, header: dict[str, str]) -> MachineConfig:
         options.pop("id", None), options.pop("path", None)
         model = options.pop("security_model", "mapped-xattr")
         export = Path(tempfile.mkdtemp(prefix="v9p-replay-"))
+        if header.get("export-mode"):  # a mount's export: its root as it was (pjdfstest's is 0755)
+            export.chmod(int(header["export-mode"], 8))
         if header.get("host-dir"):  # the case's directory, which the harness made on the host,
             home = export / Path(header["host-dir"]).name  # and what the case put there itself
             try:

@@ -1,0 +1,554 @@
+"""FUSE's low-level requests answered with 9P2000.L, as Linux's v9fs speaks it with
+``cache=none,access=user``.
+
+* Identity: one Tattach per uid that uses the mount (``n_uname``); a directory gets a fid of the
+  caller's attach, walked along its path, when the caller creates in it, because QEMU makes a new
+  node owned by the uid of the fid it was created through.
+* An inode is one walked fid (``Node.fid``, walked by the lookup that made it); a file handle is
+  a clone of it, Tlopen'ed (or Tlcreate'd); a listing is Treaddir on such a clone.
+* Nothing cached: entry and attribute timeouts are 0 and file I/O is direct, so every stat, lookup,
+  read and write reaches the server.
+* Permissions are checked by the kernel from the attributes (``default_permissions``), as v9fs
+  checks them in the client: QEMU, running as root, does not check them for us.
+
+A 9P error reaches the program as its errno. A failure of the harness or of QEMU (no reply, QEMU
+dead) answers EIO and calls ``on_failure``, which ends the mount.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pyfuse3
+
+from harness.errors import HarnessError, P9Rlerror
+from harness.p9 import wire
+from harness.p9.messages import (
+    Rgetattr,
+    Tattach,
+    Tfsync,
+    Tgetattr,
+    Tlcreate,
+    Tlink,
+    Tlopen,
+    Tmkdir,
+    Tmknod,
+    Treaddir,
+    Treadlink,
+    Trenameat,
+    Tsetattr,
+    Tstatfs,
+    Tsymlink,
+    Tunlinkat,
+    Twalk,
+    Txattrcreate,
+    Txattrwalk,
+)
+from harness.p9.session import Session
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: Open flags the server is not to see: the kernel has done what they ask (O_CREAT, O_EXCL by
+#: lookup, O_NOCTTY has no meaning there); v9fs drops the same.
+KERNEL_ONLY_FLAGS = os.O_CREAT | os.O_EXCL | os.O_NOCTTY
+#: What Tsetattr's bits are set for each field FUSE asks to change.
+XATTR_REPLACE = 2
+
+
+@dataclass
+class Node:
+    """One FUSE inode: the server's file it names, the fid walked to it, and the kernel's count."""
+
+    ino: int
+    qid_path: int
+    fid: int
+    parent: int
+    name: str
+    lookups: int = 0
+    #: directories: a fid of each uid's own attach, walked here, for creating as that uid
+    as_uid: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class Handle:
+    fid: int
+    #: the inode it was opened on
+    ino: int
+    #: the largest Tread/Twrite payload: the server's iounit, or what msize leaves
+    chunk: int
+    #: who opened it: a write by anyone but root drops set-user-ID and set-group-ID, which the
+    #: kernel leaves to a FUSE filesystem under direct I/O and v9fs does in the client
+    uid: int = 0
+
+
+class Bridge(pyfuse3.Operations):
+    """The operations; ``session`` is versioned, not attached (the bridge attaches per uid)."""
+
+    supports_dot_lookup = False
+    enable_writeback_cache = False
+    enable_acl = False
+
+    def __init__(self, session: Session, on_failure: Callable[[BaseException], None]) -> None:
+        super().__init__()
+        self.session = session
+        self.on_failure = on_failure
+        self.roots: dict[int, int] = {}  # uid -> fid of its Tattach
+        self.nodes: dict[int, Node] = {}
+        self.inos: dict[int, int] = {}  # qid path -> ino, never reused: st_ino stays what it was
+        self.handles: dict[int, Handle] = {}
+        self._next_ino = pyfuse3.ROOT_INODE + 1
+        self._next_fh = 1
+        #: requests the bridge itself failed (logged as "bridge defect"); the mount exits 1 if any
+        self.defects = 0
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def call(self, what: Callable[[], T]) -> T:
+        """Run 9P requests: an Rlerror becomes the program's errno; anything else fails the mount."""
+        try:
+            return what()
+        except P9Rlerror as err:
+            raise pyfuse3.FUSEError(err.errno) from err
+        except pyfuse3.FUSEError:
+            raise
+        except HarnessError as err:
+            log.error("the mount fails: %s", err)
+            self.on_failure(err)
+            raise pyfuse3.FUSEError(errno.EIO) from err
+        except Exception as err:  # a defect of the bridge: said loudly, the program gets EIO, the mount stays
+            self.defects += 1
+            log.exception("bridge defect (EIO to the program): %s", err)
+            raise pyfuse3.FUSEError(errno.EIO) from err
+
+    def root_fid(self, uid: int) -> int:
+        if uid not in self.roots:
+            fid = self.session.new_fid()
+            self.session.rpc(Tattach(fid=fid, afid=wire.NOFID, uname="", aname="", n_uname=uid))
+            self.roots[uid] = fid
+        return self.roots[uid]
+
+    def attach_root(self) -> None:
+        fid = self.root_fid(0)
+        qid_path = self.session.rpc(Tgetattr(fid=fid, request_mask=wire.GETATTR_BASIC)).qid.path
+        self.nodes[pyfuse3.ROOT_INODE] = Node(pyfuse3.ROOT_INODE, qid_path, fid, pyfuse3.ROOT_INODE, "", 1)
+        self.inos[qid_path] = pyfuse3.ROOT_INODE
+
+    def walk(self, fid: int, names: Sequence[str]) -> int:
+        """A new fid, ``fid`` walked along ``names`` (none: a clone); ENOENT if a name is missing."""
+        newfid = self.session.new_fid()
+        if len(self.session.rpc(Twalk(fid=fid, newfid=newfid, wnames=list(names))).qids) != len(names):
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return newfid
+
+    def clunk(self, fid: int) -> None:
+        self.session.clunk(fid)
+
+    def node(self, ino: int) -> Node:
+        try:
+            return self.nodes[ino]
+        except KeyError:
+            raise pyfuse3.FUSEError(errno.ESTALE) from None
+
+    def path(self, node: Node) -> list[str]:
+        names: list[str] = []
+        while node.ino != pyfuse3.ROOT_INODE:
+            names.insert(0, node.name)
+            node = self.node(node.parent)
+        return names
+
+    def creating_fid(self, parent: Node, uid: int) -> int:
+        """A fid of the caller's own attach at ``parent``: QEMU makes the node owned by its uid."""
+        if uid == 0:
+            return parent.fid
+        if uid not in parent.as_uid:
+            names = self.path(parent)
+            root = self.root_fid(uid)
+            parent.as_uid[uid] = self.walk(root, names) if names else self.walk(root, [])
+        return parent.as_uid[uid]
+
+    def create_gid(self, parent: Node, ctx: Any) -> tuple[int, int]:
+        """The new node's gid, and S_ISGID for a directory: a set-group-ID directory hands both on,
+        as v9fs_get_fsgid_for_create and v9fs_vfs_mkdir_dotl do."""
+        attrs = self.session.rpc(Tgetattr(fid=parent.fid, request_mask=wire.GETATTR_BASIC))
+        return (attrs.gid, stat.S_ISGID) if attrs.mode & stat.S_ISGID else (ctx.gid, 0)
+
+    def entry(self, node: Node, attrs: Rgetattr) -> pyfuse3.EntryAttributes:
+        entry = pyfuse3.EntryAttributes()
+        entry.st_ino = node.ino
+        entry.generation = 0
+        entry.entry_timeout = entry.attr_timeout = 0
+        entry.st_mode, entry.st_nlink, entry.st_uid, entry.st_gid = attrs.mode, attrs.nlink, attrs.uid, attrs.gid
+        entry.st_rdev, entry.st_size, entry.st_blksize, entry.st_blocks = (
+            attrs.rdev, attrs.size, attrs.blksize, attrs.blocks,
+        )  # fmt: skip
+        entry.st_atime_ns = attrs.atime_sec * 10**9 + attrs.atime_nsec
+        entry.st_mtime_ns = attrs.mtime_sec * 10**9 + attrs.mtime_nsec
+        entry.st_ctime_ns = attrs.ctime_sec * 10**9 + attrs.ctime_nsec
+        return entry
+
+    def intern(self, parent: Node, name: str, fid: int) -> tuple[Node, Rgetattr]:
+        """The node ``fid`` (just walked from ``parent`` by ``name``) is: a known inode takes the
+        new fid (the old one may name a file since removed whose inode number came back)."""
+        attrs = self.session.rpc(Tgetattr(fid=fid, request_mask=wire.GETATTR_ALL))
+        ino = self.inos.get(attrs.qid.path)
+        node = self.nodes.get(ino) if ino is not None else None
+        if node is None:
+            ino = ino if ino is not None else self._new_ino(attrs.qid.path)
+            node = self.nodes[ino] = Node(ino, attrs.qid.path, fid, parent.ino, name)
+        else:
+            self.clunk(node.fid)
+            node.fid, node.parent, node.name = fid, parent.ino, name
+        return node, attrs
+
+    def _new_ino(self, qid_path: int) -> int:
+        ino, self._next_ino = self._next_ino, self._next_ino + 1
+        self.inos[qid_path] = ino
+        return ino
+
+    def looked_up(self, parent: Node, name: str) -> pyfuse3.EntryAttributes:
+        node, attrs = self.intern(parent, name, self.walk(parent.fid, [name]))
+        node.lookups += 1
+        return self.entry(node, attrs)
+
+    def drop(self, node: Node) -> None:
+        for fid in [node.fid, *node.as_uid.values()]:
+            self.clunk(fid)
+        del self.nodes[node.ino]
+
+    def new_handle(self, fid: int, ino: int, iounit: int, uid: int = 0) -> int:
+        fh, self._next_fh = self._next_fh, self._next_fh + 1
+        room = self.session.msize - wire.IOHDRSZ
+        self.handles[fh] = Handle(fid, ino, min(iounit, room) if iounit else room, uid)
+        return fh
+
+    def handle(self, fh: int) -> Handle:
+        try:
+            return self.handles[fh]
+        except KeyError:
+            raise pyfuse3.FUSEError(errno.EBADF) from None
+
+    # -- names --------------------------------------------------------------------------------------
+
+    async def lookup(self, parent_inode: int, name: bytes, ctx: Any = None) -> pyfuse3.EntryAttributes:
+        return self.call(lambda: self.looked_up(self.node(parent_inode), os.fsdecode(name)))
+
+    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
+        def forget() -> None:
+            for ino, count in inode_list:
+                node = self.nodes.get(ino)
+                if node is None or ino == pyfuse3.ROOT_INODE:
+                    continue
+                node.lookups -= count
+                if node.lookups <= 0:
+                    self.drop(node)
+
+        self.call(forget)
+
+    async def getattr(self, inode: int, ctx: Any = None) -> pyfuse3.EntryAttributes:
+        def getattr() -> pyfuse3.EntryAttributes:
+            node = self.node(inode)
+            return self.entry(node, self.session.rpc(Tgetattr(fid=node.fid, request_mask=wire.GETATTR_ALL)))
+
+        return self.call(getattr)
+
+    async def setattr(self, inode: int, attr: Any, fields: Any, fh: int | None, ctx: Any) -> pyfuse3.EntryAttributes:
+        def setattr() -> pyfuse3.EntryAttributes:
+            node = self.node(inode)
+            request = setattr_request(self.handle(fh).fid if fh else node.fid, attr, fields)
+            if request.valid:
+                self.session.rpc(request)
+            return self.entry(node, self.session.rpc(Tgetattr(fid=node.fid, request_mask=wire.GETATTR_ALL)))
+
+        return self.call(setattr)
+
+    async def readlink(self, inode: int, ctx: Any) -> bytes:
+        return self.call(lambda: os.fsencode(self.session.rpc(Treadlink(fid=self.node(inode).fid)).target))
+
+    def made(self, parent: Node, name: str) -> pyfuse3.EntryAttributes:
+        return self.looked_up(parent, name)
+
+    async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: Any) -> pyfuse3.EntryAttributes:
+        def mknod() -> pyfuse3.EntryAttributes:
+            parent, text = self.node(parent_inode), os.fsdecode(name)
+            gid, _ = self.create_gid(parent, ctx)
+            dfid = self.creating_fid(parent, ctx.uid)
+            self.session.rpc(
+                Tmknod(
+                    dfid=dfid, name=text, mode=mode & ~ctx.umask, major=os.major(rdev), minor=os.minor(rdev), gid=gid
+                )
+            )
+            return self.made(parent, text)
+
+        return self.call(mknod)
+
+    async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: Any) -> pyfuse3.EntryAttributes:
+        def mkdir() -> pyfuse3.EntryAttributes:
+            parent, text = self.node(parent_inode), os.fsdecode(name)
+            gid, setgid = self.create_gid(parent, ctx)
+            dfid = self.creating_fid(parent, ctx.uid)
+            self.session.rpc(Tmkdir(dfid=dfid, name=text, mode=(mode & ~ctx.umask) | setgid, gid=gid))
+            return self.made(parent, text)
+
+        return self.call(mkdir)
+
+    async def symlink(self, parent_inode: int, name: bytes, target: bytes, ctx: Any) -> pyfuse3.EntryAttributes:
+        def symlink() -> pyfuse3.EntryAttributes:
+            parent, text = self.node(parent_inode), os.fsdecode(name)
+            gid, _ = self.create_gid(parent, ctx)
+            dfid = self.creating_fid(parent, ctx.uid)
+            self.session.rpc(Tsymlink(fid=dfid, name=text, symtgt=os.fsdecode(target), gid=gid))
+            return self.made(parent, text)
+
+        return self.call(symlink)
+
+    async def link(self, inode: int, new_parent_inode: int, new_name: bytes, ctx: Any) -> pyfuse3.EntryAttributes:
+        def link() -> pyfuse3.EntryAttributes:
+            node, parent = self.node(inode), self.node(new_parent_inode)
+            self.session.rpc(Tlink(dfid=parent.fid, fid=node.fid, name=os.fsdecode(new_name)))
+            node.lookups += 1
+            return self.entry(node, self.session.rpc(Tgetattr(fid=node.fid, request_mask=wire.GETATTR_ALL)))
+
+        return self.call(link)
+
+    async def unlink(self, parent_inode: int, name: bytes, ctx: Any) -> None:
+        self.call(
+            lambda: self.session.rpc(Tunlinkat(dirfd=self.node(parent_inode).fid, name=os.fsdecode(name), flags=0))
+        )
+
+    async def rmdir(self, parent_inode: int, name: bytes, ctx: Any) -> None:
+        self.call(
+            lambda: self.session.rpc(
+                Tunlinkat(dirfd=self.node(parent_inode).fid, name=os.fsdecode(name), flags=wire.AT_REMOVEDIR)
+            )
+        )
+
+    async def rename(
+        self, parent_inode_old: int, name_old: bytes, parent_inode_new: int, name_new: bytes, flags: int, ctx: Any
+    ) -> None:
+        if flags:  # RENAME_NOREPLACE, RENAME_EXCHANGE: 9P has no way to ask; v9fs answers the same
+            raise pyfuse3.FUSEError(errno.EINVAL)
+
+        def rename() -> None:
+            old, new = self.node(parent_inode_old), self.node(parent_inode_new)
+            old_name, new_name = os.fsdecode(name_old), os.fsdecode(name_new)
+            self.session.rpc(Trenameat(olddirfid=old.fid, oldname=old_name, newdirfid=new.fid, newname=new_name))
+            for node in self.nodes.values():  # paths of the fids walked later; the server moves ours
+                if node.parent == old.ino and node.name == old_name:
+                    node.parent, node.name = new.ino, new_name
+
+        self.call(rename)
+
+    # -- files ------------------------------------------------------------------------------------
+
+    async def open(self, inode: int, flags: int, ctx: Any) -> pyfuse3.FileInfo:
+        def open_() -> pyfuse3.FileInfo:
+            fid = self.walk(self.node(inode).fid, [])
+            try:
+                reply = self.session.rpc(Tlopen(fid=fid, flags=flags & ~KERNEL_ONLY_FLAGS))
+            except BaseException:
+                self.clunk(fid)
+                raise
+            return pyfuse3.FileInfo(fh=self.new_handle(fid, inode, reply.iounit, ctx.uid), direct_io=True)
+
+        return self.call(open_)
+
+    async def create(
+        self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: Any
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        def create() -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+            parent, text = self.node(parent_inode), os.fsdecode(name)
+            gid, _ = self.create_gid(parent, ctx)
+            fid = self.walk(self.creating_fid(parent, ctx.uid), [])
+            try:
+                request = Tlcreate(
+                    fid=fid, name=text, flags=flags & ~KERNEL_ONLY_FLAGS, mode=mode & ~ctx.umask, gid=gid
+                )
+                reply = self.session.rpc(request)
+            except BaseException:
+                self.clunk(fid)
+                raise
+            entry = self.made(parent, text)
+            return pyfuse3.FileInfo(fh=self.new_handle(fid, entry.st_ino, reply.iounit, ctx.uid), direct_io=True), entry
+
+        return self.call(create)
+
+    async def read(self, fh: int, off: int, size: int) -> bytes:
+        def read() -> bytes:
+            handle, data = self.handle(fh), bytearray()
+            while len(data) < size:
+                count = min(size - len(data), handle.chunk)
+                got = self.session.read(handle.fid, off + len(data), count).data
+                data += got
+                if len(got) < count:
+                    break
+            return bytes(data)
+
+        return self.call(read)
+
+    async def write(self, fh: int, off: int, buf: bytes) -> int:
+        def write() -> int:
+            handle, done = self.handle(fh), 0
+            if handle.uid != 0:
+                self.drop_privileges(handle)
+            while done < len(buf):
+                wrote = self.session.write(handle.fid, off + done, buf[done : done + handle.chunk]).count
+                if wrote == 0:
+                    break
+                done += wrote
+            return done
+
+        return self.call(write)
+
+    def drop_privileges(self, handle: Handle) -> None:
+        """What the kernel's file_remove_privs does before a write by someone without CAP_FSETID:
+        S_ISUID goes, and S_ISGID where group execution is allowed."""
+        mode = self.session.rpc(Tgetattr(fid=handle.fid, request_mask=wire.GETATTR_BASIC)).mode
+        kill = stat.S_ISUID | (stat.S_ISGID if mode & stat.S_IXGRP else 0)
+        if mode & kill:  # the whole mode, type bits too, as v9fs sends it: mapped-xattr stores what it is given
+            self.session.rpc(Tsetattr(fid=handle.fid, valid=wire.SETATTR_MODE, mode=mode & ~kill))
+
+    async def flush(self, fh: int) -> None:
+        return None  # v9fs sends nothing on close(2) but the last one's Tclunk
+
+    async def release(self, fh: int) -> None:
+        self.call(lambda: self.clunk(self.handles.pop(fh).fid) if fh in self.handles else None)
+
+    async def fsync(self, fh: int, datasync: bool) -> None:
+        self.call(lambda: self.session.rpc(Tfsync(fid=self.handle(fh).fid, datasync=int(datasync))))
+
+    # -- directories ------------------------------------------------------------------------------
+
+    async def opendir(self, inode: int, ctx: Any) -> int:
+        def opendir() -> int:
+            fid = self.walk(self.node(inode).fid, [])
+            try:
+                reply = self.session.rpc(Tlopen(fid=fid, flags=os.O_RDONLY))
+            except BaseException:
+                self.clunk(fid)
+                raise
+            return self.new_handle(fid, inode, reply.iounit)
+
+        return self.call(opendir)
+
+    async def readdir(self, fh: int, start_id: int, token: Any) -> None:
+        def readdir() -> None:
+            handle, offset = self.handle(fh), start_id
+            count = self.session.msize - wire.READDIRHDRSZ
+            while True:
+                entries = self.session.rpc(Treaddir(fid=handle.fid, offset=offset, count=count)).entries
+                if not entries:
+                    return
+                for dirent in entries:
+                    if not self.reply_entry(handle, dirent, token):
+                        return
+                    offset = dirent.offset
+
+        self.call(readdir)
+
+    def reply_entry(self, handle: Handle, dirent: Any, token: Any) -> bool:
+        """One entry to the kernel (readdirplus: with its attributes, walked as a lookup would)."""
+        if dirent.name in (".", ".."):
+            entry = pyfuse3.EntryAttributes()
+            entry.st_ino = self.inos.get(dirent.qid.path, pyfuse3.ROOT_INODE)
+            entry.st_mode = stat.S_IFDIR
+            return bool(pyfuse3.readdir_reply(token, os.fsencode(dirent.name), entry, dirent.offset))
+        directory = self.node(handle.ino)
+        try:
+            fid = self.walk(directory.fid, [dirent.name])
+        except (pyfuse3.FUSEError, P9Rlerror):  # removed since the listing was read
+            return True
+        node, attrs = self.intern(directory, dirent.name, fid)
+        if not pyfuse3.readdir_reply(token, os.fsencode(dirent.name), self.entry(node, attrs), dirent.offset):
+            if node.lookups == 0:
+                self.drop(node)
+            return False
+        node.lookups += 1
+        return True
+
+    async def releasedir(self, fh: int) -> None:
+        await self.release(fh)
+
+    async def fsyncdir(self, fh: int, datasync: bool) -> None:
+        return None
+
+    async def statfs(self, ctx: Any) -> pyfuse3.StatvfsData:
+        def statfs() -> pyfuse3.StatvfsData:
+            reply = self.session.rpc(Tstatfs(fid=self.node(pyfuse3.ROOT_INODE).fid))
+            data = pyfuse3.StatvfsData()
+            data.f_bsize = data.f_frsize = reply.bsize
+            data.f_blocks, data.f_bfree, data.f_bavail = reply.blocks, reply.bfree, reply.bavail
+            data.f_files, data.f_ffree, data.f_favail = reply.files, reply.ffree, reply.ffree
+            data.f_namemax = reply.namelen
+            return data
+
+        return self.call(statfs)
+
+    # -- extended attributes ------------------------------------------------------------------------
+
+    def xattr_read(self, inode: int, name: str) -> bytes:
+        fid = self.session.new_fid()
+        size = self.session.rpc(Txattrwalk(fid=self.node(inode).fid, newfid=fid, name=name)).size
+        try:
+            data = bytearray()
+            while len(data) < size:
+                got = self.session.read(fid, len(data), min(size - len(data), self.session.msize - wire.IOHDRSZ)).data
+                if not got:
+                    break
+                data += got
+            return bytes(data)
+        finally:
+            self.clunk(fid)
+
+    def xattr_write(self, inode: int, name: str, value: bytes, flags: int) -> None:
+        fid = self.walk(self.node(inode).fid, [])
+        try:
+            self.session.rpc(Txattrcreate(fid=fid, name=name, attr_size=len(value), flags=flags))
+            for start in range(0, len(value), self.session.msize - wire.IOHDRSZ):
+                self.session.write(fid, start, value[start : start + self.session.msize - wire.IOHDRSZ])
+        finally:
+            self.clunk(fid)  # the clunk sets (or removes) the attribute: its error is the call's
+
+    async def getxattr(self, inode: int, name: bytes, ctx: Any) -> bytes:
+        return self.call(lambda: self.xattr_read(inode, os.fsdecode(name)))
+
+    async def listxattr(self, inode: int, ctx: Any) -> list[bytes]:
+        return self.call(lambda: [n for n in self.xattr_read(inode, "").split(b"\0") if n])
+
+    async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: Any) -> None:
+        self.call(lambda: self.xattr_write(inode, os.fsdecode(name), value, 0))
+
+    async def removexattr(self, inode: int, name: bytes, ctx: Any) -> None:
+        self.call(lambda: self.xattr_write(inode, os.fsdecode(name), b"", XATTR_REPLACE))
+
+
+def setattr_request(fid: int, attr: Any, fields: Any) -> Tsetattr:
+    """The Tsetattr v9fs would send for FUSE's ``fields``; a time is always the given one
+    (pyfuse3 turns the kernel's "now" into its own clock before we see it)."""
+    valid = 0
+    values: dict[str, int] = {}
+    for wanted, bit, name, value in _setattr_fields(attr, fields):
+        if wanted:
+            valid |= bit
+            values.update({name: value} if name else {})
+    if fields.update_atime:
+        valid |= wire.SETATTR_ATIME | wire.SETATTR_ATIME_SET
+        values["atime_sec"], values["atime_nsec"] = divmod(attr.st_atime_ns, 10**9)
+    if fields.update_mtime:
+        valid |= wire.SETATTR_MTIME | wire.SETATTR_MTIME_SET
+        values["mtime_sec"], values["mtime_nsec"] = divmod(attr.st_mtime_ns, 10**9)
+    return Tsetattr(fid=fid, valid=valid, **values)
+
+
+def _setattr_fields(attr: Any, fields: Any) -> Iterator[tuple[bool, int, str, int]]:
+    yield fields.update_mode, wire.SETATTR_MODE, "mode", attr.st_mode if fields.update_mode else 0
+    yield fields.update_uid, wire.SETATTR_UID, "uid", attr.st_uid if fields.update_uid else 0
+    yield fields.update_gid, wire.SETATTR_GID, "gid", attr.st_gid if fields.update_gid else 0
+    yield fields.update_size, wire.SETATTR_SIZE, "size", attr.st_size if fields.update_size else 0
+    yield fields.update_ctime, wire.SETATTR_CTIME, "", 0

@@ -1,0 +1,226 @@
+"""``python -m harness mount MOUNTPOINT``: a QEMU, its device brought up by our driver, and its
+export mounted through FUSE in the foreground until Ctrl-C, SIGTERM or QEMU's death.
+
+Whatever ends it, nothing stays: the mount is unmounted here, or by the watcher (a process of its
+own, which sees the harness's end by a pipe closing: SIGKILL too); QEMU dies with the harness
+(PR_SET_PDEATHSIG, as every QEMU the harness starts). QEMU's death ends the mount: a request
+that finds QEMU gone answers EIO, and a check twice a second notices it when no request does.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import HarnessError, HarnessMisuse
+from harness.p9.channel import Channel
+from harness.p9.session import Session
+from harness.p9.trace import format_records, write_reproducer
+from harness.qemu.machine import LocalFs, Machine, MachineConfig, SecurityModel, SynthFs
+from harness.qemu.provision import usable_config
+from harness.virtio.driver import Driver
+
+#: msize of the mount unless --msize: Linux's v9fs default since 5.15 (512000 there; a power
+#: of two here, as QEMU prefers)
+DEFAULT_MSIZE = 512 << 10
+#: How often the mount looks for a QEMU that died while no request was out (seconds).
+QEMU_CHECK = 0.5
+#: Exit statuses: 0 stopped as asked (Ctrl-C, SIGTERM), 1 QEMU died or the harness failed, 130
+#: stopped before the mount was up.
+STOPPED, FAILED, INTERRUPTED = 0, 1, 130
+
+
+@dataclass(frozen=True)
+class MountOptions:
+    mountpoint: Path
+    binary: Path
+    backend: str = "local"
+    export: Path | None = None
+    security_model: SecurityModel = "passthrough"
+    msize: int = DEFAULT_MSIZE
+    trace_dir: Path | None = None
+
+
+def require_fuse() -> None:
+    """Say what is missing before QEMU starts: the binding, the device, the unmount tool."""
+    try:
+        import pyfuse3  # noqa: F401
+        import trio  # noqa: F401
+    except ImportError as err:
+        raise HarnessMisuse(
+            f"the mount needs pyfuse3 ({err}): Debian's libfuse3-dev and pkg-config, then "
+            "`pip install -e '.[posix]'` (make venv does both)"
+        ) from err
+    if not os.path.exists("/dev/fuse"):
+        raise HarnessMisuse("the mount needs /dev/fuse (modprobe fuse; in a container: --device /dev/fuse)")
+    if os.geteuid() != 0:
+        raise HarnessMisuse("the mount runs as root: it answers every uid's requests (allow_other) as v9fs does")
+
+
+def mounted(mountpoint: Path) -> bool:
+    with open("/proc/self/mounts") as mounts:
+        return any(line.split()[1] == str(mountpoint) for line in mounts if len(line.split()) > 1)
+
+
+def run(options: MountOptions) -> int:
+    require_fuse()
+    logging.basicConfig(format="mount: %(levelname)s: %(message)s")
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # before the mount is up: as Ctrl-C, undoing what is done
+        signal.signal(signum, _interrupt)
+    mountpoint = options.mountpoint.resolve()
+    if not mountpoint.is_dir():
+        raise HarnessMisuse(f"{mountpoint} is not a directory")
+    if mounted(mountpoint):
+        raise HarnessMisuse(f"{mountpoint} is mounted already (umount -l {mountpoint})")
+    # QEMU's sockets and log, and a scratch export, live in one directory that the watcher removes
+    # whatever ends this process
+    rundir = Path(tempfile.mkdtemp(prefix="v9p-mount-"))
+    try:
+        return _run(options, mountpoint, rundir)
+    except KeyboardInterrupt as stop:
+        print(f"{stop or 'SIGINT'} before the mount was up: stopped", file=sys.stderr)
+        return INTERRUPTED
+
+
+def _run(options: MountOptions, mountpoint: Path, rundir: Path) -> int:
+    with _watcher(mountpoint, rundir), _export(options, rundir) as fs:
+        before = _export_header(fs)
+        config, probe = usable_config(options.binary, fs)
+        with Machine(config, workdir=rundir) as machine:
+            session = Session(Channel(Driver(machine.qtest, config.transport), machine.output_tail))
+            if options.trace_dir:  # the whole conversation, for the reproducer
+                session.history = collections.deque(session.history)
+            try:
+                return _serve(machine, session, mountpoint, options, probe.version)
+            finally:
+                if options.trace_dir:
+                    _write_trace(options, config, session, {"qemu-version": probe.version, **before})
+
+
+@contextlib.contextmanager
+def _export(options: MountOptions, rundir: Path) -> Iterator[SynthFs | LocalFs]:
+    if options.backend == "synth":
+        yield SynthFs()
+        return
+    if options.export is not None and not options.export.is_dir():
+        raise HarnessMisuse(f"--export {options.export}: not a directory")
+    export = options.export
+    if export is None:
+        export = rundir / "export"
+        export.mkdir()
+        export.chmod(0o755)  # what a fresh filesystem's root is; the umask aside
+    yield LocalFs(export.resolve(), security_model=options.security_model)
+
+
+@contextlib.contextmanager
+def _watcher(mountpoint: Path, rundir: Path) -> Iterator[None]:
+    """The watcher process; its pipe closes when this process ends, however it ends."""
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "harness.fuse.watcher", str(mountpoint), str(rundir)],
+        stdin=subprocess.PIPE,
+        start_new_session=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        yield
+    finally:
+        assert watcher.stdin is not None
+        watcher.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            watcher.wait(timeout=40)
+
+
+def _serve(machine: Machine, session: Session, mountpoint: Path, options: MountOptions, version: str) -> int:
+    import pyfuse3
+    import trio
+
+    from harness.fuse.bridge import Bridge
+
+    failure: list[BaseException] = []
+    session.version(options.msize)
+    bridge = Bridge(session, failure.append)
+    bridge.attach_root()
+    fuse_options = set(pyfuse3.default_options) | {"allow_other", "fsname=v9p-harness", "subtype=9p"}
+    pyfuse3.init(bridge, str(mountpoint), fuse_options)
+    try:
+        print(f"mounted QEMU {version} ({options.backend}"
+              f"{', ' + options.security_model if options.backend == 'local' else ''}, msize {session.msize}) "
+              f"on {mountpoint}; pid {os.getpid()}, QEMU pid {machine.pid}", flush=True)  # fmt: skip
+        trio.run(_main, machine, failure)
+    except KeyboardInterrupt:  # a second Ctrl-C while the first was being acted on: the same request
+        pass
+    finally:
+        # from here on, cleaning up: a second Ctrl-C or SIGTERM (a terminal's, a supervisor's
+        # forwarded one) must not cut it short and leave the mount behind
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)
+        pyfuse3.close(unmount=True)
+    if failure:
+        print(f"error: the mount ended: {failure[0]}", file=sys.stderr)
+        return FAILED
+    if bridge.defects:
+        print(f"error: the bridge failed {bridge.defects} requests itself (above: 'bridge defect')", file=sys.stderr)
+        return FAILED
+    return STOPPED
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+async def _main(machine: Machine, failure: list[BaseException]) -> None:
+    import pyfuse3
+    import trio
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pyfuse3.main)
+
+        async def watch_qemu() -> None:
+            while machine.is_running() and not failure:
+                await trio.sleep(QEMU_CHECK)
+            if not failure:
+                failure.append(HarnessError(f"QEMU exited ({machine.exit_status})"))
+            nursery.cancel_scope.cancel()
+
+        async def stop_on_signal() -> None:
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+                async for signum in signals:  # the first one stops the mount; any later one is the same wish
+                    print(f"{signal.Signals(signum).name}: unmounting", file=sys.stderr, flush=True)
+                    nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch_qemu)
+        nursery.start_soon(stop_on_signal)
+
+
+def _export_header(fs: SynthFs | LocalFs) -> dict[str, str]:
+    """What a replay needs to know of the export as the mount found it: its root's mode, and
+    whether it held files (which a replay cannot make again)."""
+    if not isinstance(fs, LocalFs):
+        return {}
+    header = {"export-mode": oct(stat.S_IMODE(fs.path.stat().st_mode))}
+    entries = len(os.listdir(fs.path))
+    if entries:
+        header["incomplete"] = f"the export held {entries} entries before the mount; a replay starts from an empty one"
+    return header
+
+
+def _write_trace(options: MountOptions, config: MachineConfig, session: Session, extra: dict[str, str]) -> None:
+    assert options.trace_dir is not None
+    options.trace_dir.mkdir(parents=True, exist_ok=True)
+    fsdev = ",".join(f"{k}={v}" for k, v in config.fs.fsdev("fsdev0") if k not in ("id", "path"))
+    source = f"python -m harness mount {options.mountpoint} (the programs run on the mount)"
+    header = {"backend": config.fs.kind, "transport": config.transport, "qemu": str(config.binary), "fsdev": fsdev,
+              "source": source, **extra}  # fmt: skip
+    records = list(session.history)
+    write_reproducer(options.trace_dir / "reproducer.9p", records, header)
+    (options.trace_dir / "trace.txt").write_text(format_records(records))

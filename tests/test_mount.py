@@ -1,0 +1,211 @@
+"""``python -m harness mount`` against the QEMU under test: what programs see through it, and that
+every way it can end (Ctrl-C, SIGTERM, SIGKILL of the harness, QEMU killed) leaves no mount, no
+hung process and no QEMU."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fixtures.devices import QemuUnderTest
+from fixtures.mount import REPO, Mount, MountError, cannot_mount, wait_unmounted
+from harness.fuse.mount import mounted
+from harness.p9.trace import read_reproducer
+
+pytestmark = pytest.mark.skipif(cannot_mount() is not None, reason=f"no FUSE mount here: {cannot_mount()}")
+
+
+@pytest.fixture
+def export(tmp_path: Path) -> Path:
+    directory = tmp_path / "export"
+    directory.mkdir(mode=0o755)
+    directory.chmod(0o755)
+    return directory
+
+
+@pytest.fixture
+def mount(qemu_under_test: QemuUnderTest, export: Path, tmp_path: Path) -> Iterator[Mount]:
+    with Mount(qemu_under_test.binary, export, tmp_path, trace_dir=tmp_path / "trace") as running:
+        yield running
+    assert running.status == 0, running.stderr()
+    assert not running.defects()
+
+
+def qemu_pid(mount: Mount) -> int:
+    found = re.search(r"QEMU pid (\d+)", mount.banner)
+    assert found, mount.banner
+    return int(found.group(1))
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is dead for our purpose: it holds no file and answers nothing
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+
+
+def stat_returns(path: Path) -> subprocess.CompletedProcess[str]:
+    """``stat PATH`` under a timeout: a stale FUSE mount hangs it (TimeoutExpired)."""
+    return subprocess.run(["stat", str(path)], capture_output=True, text=True, timeout=10)
+
+
+def rundir(qemu: int) -> Path:
+    """The mount's own directory: QEMU runs in a directory inside it."""
+    return Path(os.readlink(f"/proc/{qemu}/cwd")).parent
+
+
+def gone(mount: Mount, qemu: int, directory: Path) -> None:
+    """What every end must leave: no mount, a stat that returns, no QEMU, no directory."""
+    assert not wait_unmounted(mount.path, 15.0), f"{mount.path} is still in /proc/mounts"
+    stat_returns(mount.path)
+    deadline = time.monotonic() + 10
+    while (alive(qemu) or directory.exists()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(qemu), f"QEMU {qemu} outlived the mount"
+    assert not directory.exists(), f"the mount's {directory} outlived it"
+
+
+def test_programs_see_the_export(mount: Mount, export: Path) -> None:
+    """Files, directories, links and attributes made on the mount are the export's, and back."""
+    root = mount.path
+    (root / "f").write_bytes(b"x" * 200_000)  # more than FUSE hands over in one write (128 KiB)
+    (root / "d").mkdir(mode=0o750)
+    os.symlink("f", root / "s")
+    os.link(root / "f", root / "h")
+    os.chmod(root / "f", 0o640)
+    os.chown(root / "f", 1234, 5678)
+    os.truncate(root / "h", 100_001)
+    os.utime(root / "f", ns=(1_000_000_123, 2_000_000_456))
+    assert sorted(os.listdir(root)) == sorted(os.listdir(export)) == ["d", "f", "h", "s"]
+    host, seen = os.stat(export / "f"), os.stat(root / "f")
+    assert (stat.S_IMODE(seen.st_mode), seen.st_uid, seen.st_gid, seen.st_nlink) == (0o640, 1234, 5678, 2)
+    assert (stat.S_IMODE(host.st_mode), host.st_uid, host.st_gid, host.st_size) == (0o640, 1234, 5678, 100_001)
+    assert (
+        (seen.st_atime_ns, seen.st_mtime_ns) == (host.st_atime_ns, host.st_mtime_ns) == (1_000_000_123, 2_000_000_456)
+    )
+    assert os.stat(root / "h").st_ino == seen.st_ino != os.stat(root / "d").st_ino
+    assert os.readlink(root / "s") == "f" and stat.S_IMODE(os.stat(export / "d").st_mode) == 0o750
+    assert (root / "f").read_bytes() == b"x" * 100_001 == (export / "f").read_bytes()
+    os.rename(root / "f", root / "d" / "g")
+    assert (export / "d" / "g").exists() and not (export / "f").exists()
+    with pytest.raises(OSError) as refused:
+        os.rmdir(root / "d")
+    assert refused.value.errno == errno.ENOTEMPTY
+    vfs, host_vfs = os.statvfs(root), os.statvfs(export)  # QEMU counts in blocks of about msize
+    assert 0 <= host_vfs.f_blocks * host_vfs.f_frsize - vfs.f_blocks * vfs.f_frsize < vfs.f_frsize
+    assert (vfs.f_files, vfs.f_namemax) == (host_vfs.f_files, host_vfs.f_namemax)
+
+
+def test_a_user_creates_as_that_user(mount: Mount, export: Path) -> None:
+    """Each uid has its own Tattach: what nobody makes is nobody's, on the host too; the kernel
+    refuses nobody what the attributes refuse."""
+    os.chmod(mount.path, 0o777)
+    script = f"mkdir {mount.path}/n && touch {mount.path}/n/f"
+    made = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    host = os.stat(export / "n" / "f")
+    assert (host.st_uid, host.st_gid) == (65534, 65534)
+    os.chmod(export / "n", 0o755)
+    os.chown(export / "n", 0, 0)
+    refused = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "touch", f"{mount.path}/n/g"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "Permission denied" in refused.stderr
+    assert not (export / "n" / "g").exists()
+
+
+def test_the_trace_replays(mount: Mount, tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """A program's requests become a reproducer that replay sends to a fresh QEMU, all alike."""
+    (mount.path / "a").write_text("hello")
+    os.rename(mount.path / "a", mount.path / "b")
+    assert (mount.path / "b").read_text() == "hello"
+    mount.stop()
+    header, steps = read_reproducer(tmp_path / "trace" / "reproducer.9p")
+    assert header["backend"] == "local" and len(steps) > 10
+    assert "Trenameat(" in (tmp_path / "trace" / "reproducer.9p").read_text()
+    replayed = subprocess.run(
+        [sys.executable, "-m", "harness", "replay", str(tmp_path / "trace" / "reproducer.9p"),
+         "--qemu-binary", str(qemu_under_test.binary)],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_stopped_as_asked(qemu_under_test: QemuUnderTest, export: Path, tmp_path: Path, signum: int) -> None:
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or SIGTERM: exit 0, even
+    with a process sitting in the mount."""
+    with Mount(qemu_under_test.binary, export, tmp_path, new_group=True) as running:
+        qemu = qemu_pid(running)
+        directory = rundir(qemu)
+        sitter = subprocess.Popen(["sleep", "60"], cwd=running.path)
+        try:
+            if signum == signal.SIGINT:
+                os.killpg(running.pid, signal.SIGINT)
+            status = running.stop(signum)
+        finally:
+            sitter.kill()
+            sitter.wait()
+    assert status == 0, running.stderr()
+    gone(running, qemu, directory)
+
+
+def test_harness_killed(qemu_under_test: QemuUnderTest, export: Path, tmp_path: Path) -> None:
+    """SIGKILL of the harness: nothing of it runs, yet the watcher unmounts and QEMU dies with it."""
+    with Mount(qemu_under_test.binary, export, tmp_path) as running:
+        qemu = qemu_pid(running)
+        directory = rundir(qemu)
+        os.kill(running.pid, signal.SIGKILL)
+        running.stop()
+    assert running.status == -signal.SIGKILL
+    gone(running, qemu, directory)
+
+
+def test_qemu_killed(qemu_under_test: QemuUnderTest, export: Path, tmp_path: Path) -> None:
+    """QEMU's death ends the mount with status 1 and the reason; nothing is left."""
+    with Mount(qemu_under_test.binary, export, tmp_path) as running:
+        qemu = qemu_pid(running)
+        directory = rundir(qemu)
+        (running.path / "f").write_text("before")
+        os.kill(qemu, signal.SIGKILL)
+        with pytest.raises(OSError):  # whatever comes first: EIO from the request, or no mount
+            for _ in range(50):
+                (running.path / "f").read_text()
+                time.sleep(0.1)
+        running.stop()
+    assert running.status == 1
+    assert "QEMU exited" in running.stderr() or "QEMU" in running.stderr()
+    gone(running, qemu, directory)
+
+
+def test_refuses_a_mounted_mountpoint(mount: Mount, qemu_under_test: QemuUnderTest) -> None:
+    second = subprocess.run(
+        [sys.executable, "-m", "harness", "mount", str(mount.path), "--qemu-binary", str(qemu_under_test.binary)],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert second.returncode == 2 and "mounted already" in second.stderr
+    assert mounted(mount.path)
+
+
+def test_a_mount_that_cannot_start_says_why(export: Path, tmp_path: Path) -> None:
+    broken = Mount(Path("/nonexistent/qemu"), export, tmp_path)
+    with pytest.raises(MountError, match="did not come up"), broken:
+        pass
+    assert "/nonexistent/qemu" in broken.stderr()
+    assert not mounted(broken.path) and not broken.path.exists()
