@@ -13,8 +13,13 @@ Opt-in: ``pytest cases/ -m posix`` (the family needs root, /dev/fuse and minutes
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from cases.posix_expectations import BRIDGE, MODELS, PJDFSTEST_FILES, PjdfstestFailed
 from fixtures.case_path import case_path
@@ -49,3 +54,84 @@ def test_pjdfstest(t: str, security_model: str, posix_mount: Mount, pjdfstest_tr
         f"{t}.t: checks {sorted(now_passing)} pass, but cases/posix_expectations.py classifies them as failing "
         f"({'; '.join(sorted({classified[n] for n in now_passing}))}): take them out"
     )
+
+
+# -- stress-ng and fio --------------------------------------------------------------------------------
+
+#: stress-ng's filesystem stressors, each run alone (one worker) with --verify where it has one
+STRESSORS = ["dir", "dentry", "rename", "link", "symlink", "xattr", "lockf", "open", "seek", "hdd"]
+METRIC = re.compile(r"metrc: \[\d+\] (\w+)\s+(\d+)\s")
+
+
+#: stressors whose one bogo operation takes seconds to minutes through the mount (xattr: ~7 s,
+#: link and symlink: 8,192 links made and removed, ~90 s): they run exactly one, not for a time
+ONE_OPERATION = {"xattr": 900.0, "link": 900.0, "symlink": 900.0}
+
+
+def stress_ng(stressor: str, where: Path, seconds: float) -> subprocess.CompletedProcess[str]:
+    argv = ["stress-ng", f"--{stressor}", "1", "--temp-path", str(where), "--seed", "1", "--verify", "--metrics-brief"]
+    if stressor in ONE_OPERATION:
+        seconds = ONE_OPERATION[stressor]
+        argv += [f"--{stressor}-ops", "1"]
+    argv += ["--timeout", f"{seconds:g}s"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=seconds * 2 + 120, check=False)
+
+
+def bogo_ops(output: str, stressor: str) -> int:
+    return sum(int(m.group(2)) for m in METRIC.finditer(output) if m.group(1) == stressor)
+
+
+@case_path("posix/stress/stress-ng/{stressor}/{security_model}", backends=["local"], stressor=STRESSORS,
+           security_model=MODELS)  # fmt: skip
+def test_stress_ng(stressor: str, security_model: str, posix_mount: Mount, request: pytest.FixtureRequest,
+                   tmp_path: Path) -> None:  # fmt: skip
+    """stress-ng's ``--{stressor}`` on the mount, seed 1, verifying: it must do work and end as it
+    does on the host's own filesystem (where a failure there too is stress-ng's, not the server's)."""
+    require_tool("stress-ng")
+    seconds = request.config.getoption("--stress-seconds")
+    work = posix_mount.path / "work"
+    work.mkdir()
+    done = stress_ng(stressor, work, seconds)
+    output = done.stdout + done.stderr
+    if done.returncode == 0 and " fail: " not in output:
+        assert bogo_ops(output, stressor) > 0, f"stress-ng --{stressor} did nothing on the mount:\n{output[-2000:]}"
+        return
+    host = stress_ng(stressor, tmp_path, seconds)
+    if host.returncode != 0:
+        pytest.skip(f"stress-ng --{stressor} fails on the host's filesystem too (status {host.returncode}): "
+                    f"{(host.stdout + host.stderr)[-300:]}")  # fmt: skip
+    status = done.returncode
+    raise AssertionError(
+        f"stress-ng --{stressor} failed on the mount (status {status}), not on the host:\n{output[-3000:]}"
+    )
+
+
+FIO_SIZE = "8M"
+
+
+@case_path("posix/stress/fio/{rw}/{bs}/msize_{msize}", backends=["local"], rw=["write", "randwrite"],
+           bs=["4k", "64k", "1m"], msize=[8192, 512 << 10])  # fmt: skip
+def test_fio_verify(rw: str, bs: str, msize: int, posix_mount: Mount, request: pytest.FixtureRequest) -> None:
+    """fio writes {FIO_SIZE} in blocks of ``bs`` (``rw``: in order or at random, seed 1), then reads it
+    all back checking each block's crc32c: any block the server stored or returned wrong fails it."""
+    require_tool("fio")
+    work = posix_mount.path / "work"
+    work.mkdir()
+    argv = ["fio", "--name=v9p", f"--directory={work}", f"--size={FIO_SIZE}", f"--bs={bs}", f"--rw={rw}",
+            "--ioengine=psync", "--verify=crc32c", "--verify_fatal=1", "--do_verify=1", "--randseed=1",
+            "--randrepeat=1", "--output-format=json"]  # fmt: skip
+    seconds = request.config.getoption("--stress-seconds")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds * 4 + 300, check=False)
+    assert done.returncode == 0, f"fio failed (status {done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+    job = json.loads(done.stdout[done.stdout.index("{") :])["jobs"][0]
+    assert job["error"] == 0 and job["write"]["io_bytes"] == parse_size(FIO_SIZE), job["write"]
+    assert job["read"]["io_bytes"] == parse_size(FIO_SIZE), f"fio verified {job['read']['io_bytes']} bytes"
+
+
+def parse_size(text: str) -> int:
+    return int(text[:-1]) << {"k": 10, "M": 20}[text[-1]]
+
+
+def require_tool(name: str) -> None:
+    if shutil.which(name) is None:
+        pytest.skip(f"{name} is not installed (Debian's {name}; `make tools` installs it)")

@@ -254,7 +254,17 @@ class Bridge(pyfuse3.Operations):
     async def getattr(self, inode: int, ctx: Any = None) -> pyfuse3.EntryAttributes:
         def getattr() -> pyfuse3.EntryAttributes:
             node = self.node(inode)
-            return self.entry(node, self.session.rpc(Tgetattr(fid=node.fid, request_mask=wire.GETATTR_ALL)))
+            try:
+                attrs = self.session.rpc(Tgetattr(fid=node.fid, request_mask=wire.GETATTR_ALL))
+            except P9Rlerror as err:
+                # removed since: an open file's fid still answers (QEMU fstat()s it since 9.2.0,
+                # 8.2.9, 7.2.16), and fstat(2) of an open, unlinked file must work. pyfuse3 does not
+                # pass the file handle FUSE names, so any open one of the inode's will do.
+                opened = [h.fid for h in self.handles.values() if h.ino == inode]
+                if err.errno != errno.ENOENT or not opened:
+                    raise
+                attrs = self.session.rpc(Tgetattr(fid=opened[0], request_mask=wire.GETATTR_ALL))
+            return self.entry(node, attrs)
 
         return self.call(getattr)
 

@@ -100,6 +100,7 @@ def _run(options: MountOptions, mountpoint: Path, rundir: Path) -> int:
             session = Session(Channel(Driver(machine.qtest, config.transport), machine.output_tail))
             if options.trace_dir:  # the whole conversation, for the reproducer
                 session.history = collections.deque(session.history)
+                options.trace_dir.mkdir(parents=True, exist_ok=True)
             try:
                 return _serve(machine, session, mountpoint, options, probe.version)
             finally:
@@ -216,7 +217,8 @@ def _export_header(fs: SynthFs | LocalFs) -> dict[str, str]:
 
 def _write_trace(options: MountOptions, config: MachineConfig, session: Session, extra: dict[str, str]) -> None:
     assert options.trace_dir is not None
-    options.trace_dir.mkdir(parents=True, exist_ok=True)
+    if not options.trace_dir.is_dir():  # removed while the mount ran: nobody wants it (writing is slow)
+        return
     fsdev = ",".join(f"{k}={v}" for k, v in config.fs.fsdev("fsdev0") if k not in ("id", "path"))
     source = f"python -m harness mount {options.mountpoint} (the programs run on the mount)"
     header = {"backend": config.fs.kind, "transport": config.transport, "qemu": str(config.binary), "fsdev": fsdev,

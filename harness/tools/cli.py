@@ -144,7 +144,11 @@ def _add_mount(sub: Any) -> None:
         "--security-model", choices=("passthrough", "mapped-xattr", "mapped-file", "none"), default="passthrough"
     )
     mount.add_argument("--msize", type=int, default=512 << 10, help="the msize asked for (default 512 KiB)")
-    mount.add_argument("--trace-dir", help="write the 9P conversation here at the end (trace.txt, reproducer.9p)")
+    mount.add_argument(
+        "--trace-dir",
+        help="write the 9P conversation into DIR at the end (trace.txt, reproducer.9p); made at the start, "
+        "and if it is gone by the end nothing is written",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
