@@ -51,6 +51,7 @@ from harness.p9.messages import (
     Txattrwalk,
 )
 from harness.p9.session import Session
+from harness.p9.wire import TMessage
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -281,42 +282,39 @@ class Bridge(pyfuse3.Operations):
     async def readlink(self, inode: int, ctx: Any) -> bytes:
         return self.call(lambda: os.fsencode(self.session.rpc(Treadlink(fid=self.node(inode).fid)).target))
 
-    def made(self, parent: Node, name: str) -> pyfuse3.EntryAttributes:
-        return self.looked_up(parent, name)
+    def create_node(
+        self, parent_inode: int, name: bytes, ctx: Any, request: Callable[[int, str, int, int], TMessage[Any]]
+    ) -> pyfuse3.EntryAttributes:
+        """mknod, mkdir, symlink: ``request(fid, name, gid, setgid)`` through a fid of the caller's own
+        attach (with the gid, and S_ISGID for a directory, create_gid gives), then the new node looked up."""
 
-    async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: Any) -> pyfuse3.EntryAttributes:
-        def mknod() -> pyfuse3.EntryAttributes:
-            parent, text = self.node(parent_inode), os.fsdecode(name)
-            gid, _ = self.create_gid(parent, ctx)
-            dfid = self.creating_fid(parent, ctx.uid)
-            self.session.rpc(
-                Tmknod(
-                    dfid=dfid, name=text, mode=mode & ~ctx.umask, major=os.major(rdev), minor=os.minor(rdev), gid=gid
-                )
-            )
-            return self.made(parent, text)
-
-        return self.call(mknod)
-
-    async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: Any) -> pyfuse3.EntryAttributes:
-        def mkdir() -> pyfuse3.EntryAttributes:
+        def create() -> pyfuse3.EntryAttributes:
             parent, text = self.node(parent_inode), os.fsdecode(name)
             gid, setgid = self.create_gid(parent, ctx)
-            dfid = self.creating_fid(parent, ctx.uid)
-            self.session.rpc(Tmkdir(dfid=dfid, name=text, mode=(mode & ~ctx.umask) | setgid, gid=gid))
-            return self.made(parent, text)
+            self.session.rpc(request(self.creating_fid(parent, ctx.uid), text, gid, setgid))
+            return self.looked_up(parent, text)
 
-        return self.call(mkdir)
+        return self.call(create)
+
+    async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: Any) -> pyfuse3.EntryAttributes:
+        major, minor, mode = os.major(rdev), os.minor(rdev), mode & ~ctx.umask
+        return self.create_node(
+            parent_inode, name, ctx,
+            lambda fid, text, gid, _: Tmknod(dfid=fid, name=text, mode=mode, major=major, minor=minor, gid=gid),
+        )  # fmt: skip
+
+    async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: Any) -> pyfuse3.EntryAttributes:
+        mode &= ~ctx.umask
+        return self.create_node(
+            parent_inode, name, ctx,
+            lambda fid, text, gid, setgid: Tmkdir(dfid=fid, name=text, mode=mode | setgid, gid=gid),
+        )  # fmt: skip
 
     async def symlink(self, parent_inode: int, name: bytes, target: bytes, ctx: Any) -> pyfuse3.EntryAttributes:
-        def symlink() -> pyfuse3.EntryAttributes:
-            parent, text = self.node(parent_inode), os.fsdecode(name)
-            gid, _ = self.create_gid(parent, ctx)
-            dfid = self.creating_fid(parent, ctx.uid)
-            self.session.rpc(Tsymlink(fid=dfid, name=text, symtgt=os.fsdecode(target), gid=gid))
-            return self.made(parent, text)
-
-        return self.call(symlink)
+        to = os.fsdecode(target)
+        return self.create_node(
+            parent_inode, name, ctx, lambda fid, text, gid, _: Tsymlink(fid=fid, name=text, symtgt=to, gid=gid)
+        )
 
     async def link(self, inode: int, new_parent_inode: int, new_name: bytes, ctx: Any) -> pyfuse3.EntryAttributes:
         def link() -> pyfuse3.EntryAttributes:
@@ -384,7 +382,7 @@ class Bridge(pyfuse3.Operations):
             except BaseException:
                 self.clunk(fid)
                 raise
-            entry = self.made(parent, text)
+            entry = self.looked_up(parent, text)
             return pyfuse3.FileInfo(fh=self.new_handle(fid, entry.st_ino, reply.iounit, ctx.uid), direct_io=True), entry
 
         return self.call(create)
