@@ -49,6 +49,9 @@ class MountOptions:
     security_model: SecurityModel = "passthrough"
     msize: int = DEFAULT_MSIZE
     trace_dir: Path | None = None
+    #: keep only the last this many messages (None: all; a long stress run's whole conversation is
+    #: gigabytes): the reproducer then says it is incomplete, the trace shows the end
+    trace_limit: int | None = None
 
 
 def require_fuse() -> None:
@@ -98,8 +101,8 @@ def _run(options: MountOptions, mountpoint: Path, rundir: Path) -> int:
         config, probe = usable_config(options.binary, fs)
         with Machine(config, workdir=rundir) as machine:
             session = Session(Channel(Driver(machine.qtest, config.transport), machine.output_tail))
-            if options.trace_dir:  # the whole conversation, for the reproducer
-                session.history = collections.deque(session.history)
+            if options.trace_dir:  # the whole conversation (or its end), for the reproducer
+                session.history = collections.deque(session.history, maxlen=options.trace_limit)
                 options.trace_dir.mkdir(parents=True, exist_ok=True)
             try:
                 return _serve(machine, session, mountpoint, options, probe.version)
@@ -224,5 +227,7 @@ def _write_trace(options: MountOptions, config: MachineConfig, session: Session,
     header = {"backend": config.fs.kind, "transport": config.transport, "qemu": str(config.binary), "fsdev": fsdev,
               "source": source, **extra}  # fmt: skip
     records = list(session.history)
+    if records and records[0].message is not None and records[0].message.NAME != "Tversion":
+        header["incomplete"] = f"the mount kept its last {len(records)} messages only (--trace-limit)"
     write_reproducer(options.trace_dir / "reproducer.9p", records, header)
     (options.trace_dir / "trace.txt").write_text(format_records(records))

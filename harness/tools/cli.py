@@ -149,6 +149,7 @@ def _add_mount(sub: Any) -> None:
         help="write the 9P conversation into DIR at the end (trace.txt, reproducer.9p); made at the start, "
         "and if it is gone by the end nothing is written",
     )
+    mount.add_argument("--trace-limit", type=int, help="with --trace-dir: keep only the last N messages")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -216,7 +217,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         binary, _ = provision.find_qemu(args.qemu_binary)
         options = MountOptions(
             Path(args.mountpoint), binary, args.backend, Path(args.export) if args.export else None,
-            args.security_model, args.msize, Path(args.trace_dir) if args.trace_dir else None,
+            args.security_model, args.msize, Path(args.trace_dir) if args.trace_dir else None, args.trace_limit,
         )  # fmt: skip
         return run(options)
     if args.command == "matrix":
