@@ -21,15 +21,27 @@ from pathlib import Path
 
 import pytest
 
-from cases.posix_expectations import BRIDGE, MODELS, PJDFSTEST_FILES, PjdfstestFailed
+from cases.posix_expectations import (
+    BRIDGE,
+    MKNOD_PJDFSTEST,
+    MKNOD_REASON,
+    MODELS,
+    PJDFSTEST_FILES,
+    PjdfstestFailed,
+)
 from fixtures.case_path import case_path
 from fixtures.mount import Mount
 from harness.fuse.pjdfstest import run_file
+from harness.qemu import versions
 
 #: a .t file's longest wall time here is under a minute (chown/00.t, sleeping for ctime)
 T_TIMEOUT = 600.0
 
 
+@pytest.mark.qemu_bug(
+    fixed_in=versions.MKNOD_SPECIAL, reason=MKNOD_REASON, raises=PjdfstestFailed,
+    when={"t": MKNOD_PJDFSTEST, "security_model": "passthrough"},
+)  # fmt: skip
 @case_path("posix/pjdfstest/{t}/{security_model}", backends=["local"], t=PJDFSTEST_FILES, security_model=MODELS)
 def test_pjdfstest(t: str, security_model: str, posix_mount: Mount, pjdfstest_tree: Path) -> None:
     """pjdfstest ``tests/{t}.t`` on the mount: every planned check ran, and those that failed are the

@@ -95,8 +95,7 @@ WRITE_FLAGS = {
 @pytest.mark.qemu_bug(
     fixed_in=(),
     when={"flags": "O_RDWR_O_TRUNC"},
-    reason="v9fs_reopen_fid() reopens a reclaimed fid with O_TRUNC again: data written before the "
-    "reclaim is lost",
+    reason="v9fs_reopen_fid() reopens a reclaimed fid with O_TRUNC again: data written before the reclaim is lost",
 )
 @RECLAIM[0]
 @RECLAIM[1]

@@ -55,8 +55,8 @@ def known_bugs(cases: Path = PROJECT / "cases") -> list[KnownBug]:
     for path in sorted(cases.glob("test_*.py")):
         module = ast.parse(path.read_text())
         constants = _constants(module)  # module-level NAME = literal, which a marker may name
-        for statement in module.body:  # and those it imports from a fixtures module (fixtures/races.py)
-            if isinstance(statement, ast.ImportFrom) and (statement.module or "").startswith("fixtures."):
+        for statement in module.body:  # and those it imports from fixtures or cases (fixtures/races.py)
+            if isinstance(statement, ast.ImportFrom) and (statement.module or "").startswith(("fixtures.", "cases.")):
                 imported = cases.parent / f"{str(statement.module).replace('.', '/')}.py"
                 source = _constants(ast.parse(imported.read_text()))
                 constants |= {alias.name: source[alias.name] for alias in statement.names if alias.name in source}
@@ -80,6 +80,8 @@ def _bugs_of(function: ast.FunctionDef, constants: dict[str, ast.expr]) -> list[
     def value(node: ast.expr) -> Any:
         if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "versions":
             return getattr(versions, node.attr)  # a release tuple of harness.qemu.versions
+        if isinstance(node, ast.Dict):  # when={"t": A_TUPLE_CONSTANT, ...}
+            return {value(k): value(v) for k, v in zip(node.keys, node.values, strict=True) if k is not None}
         return ast.literal_eval(constants[node.id] if isinstance(node, ast.Name) else node)
 
     path, backends, bugs = "", ["synth", "local"], []
@@ -103,10 +105,16 @@ def _bugs_of(function: ast.FunctionDef, constants: dict[str, ast.expr]) -> list[
     return found
 
 
-def _filled(path: str, when: dict[str, str]) -> str:
-    """``setattr/mode/{security_model}`` with the values the bug is limited to filled in."""
+def _filled(path: str, when: dict[str, Any]) -> str:
+    """``setattr/mode/{security_model}`` with the values the bug is limited to filled in (a tuple of
+    them: ``{a,b}``, or how many)."""
     for key, value in when.items():
-        path = path.replace("{" + key + "}", str(value))
+        shown = (
+            (f"{{{len(value)} of them}}" if len(value) > 3 else "{" + ",".join(value) + "}")
+            if isinstance(value, tuple)
+            else value
+        )
+        path = path.replace("{" + key + "}", str(shown))
     return re.sub(r"\{\w+\}", "*", path)  # every value of the others
 
 
