@@ -59,7 +59,7 @@ T = TypeVar("T")
 #: Open flags the server is not to see: the kernel has done what they ask (O_CREAT, O_EXCL by
 #: lookup, O_NOCTTY has no meaning there); v9fs drops the same.
 KERNEL_ONLY_FLAGS = os.O_CREAT | os.O_EXCL | os.O_NOCTTY
-#: What Tsetattr's bits are set for each field FUSE asks to change.
+#: removexattr is Txattrcreate of size 0 with this flag, as v9fs sends it
 XATTR_REPLACE = 2
 
 
@@ -171,7 +171,7 @@ class Bridge(pyfuse3.Operations):
         if uid not in parent.as_uid:
             names = self.path(parent)
             root = self.root_fid(uid)
-            parent.as_uid[uid] = self.walk(root, names) if names else self.walk(root, [])
+            parent.as_uid[uid] = self.walk(root, names)
         return parent.as_uid[uid]
 
     def create_gid(self, parent: Node, ctx: Any) -> tuple[int, int]:
@@ -197,7 +197,11 @@ class Bridge(pyfuse3.Operations):
     def intern(self, parent: Node, name: str, fid: int) -> tuple[Node, Rgetattr]:
         """The node ``fid`` (just walked from ``parent`` by ``name``) is: a known inode takes the
         new fid (the old one may name a file since removed whose inode number came back)."""
-        attrs = self.session.rpc(Tgetattr(fid=fid, request_mask=wire.GETATTR_ALL))
+        try:
+            attrs = self.session.rpc(Tgetattr(fid=fid, request_mask=wire.GETATTR_ALL))
+        except BaseException:
+            self.clunk(fid)
+            raise
         ino = self.inos.get(attrs.qid.path)
         node = self.nodes.get(ino) if ino is not None else None
         if node is None:
