@@ -85,3 +85,18 @@ def test_the_reproducers_in_docs_are_whole() -> None:
     for path in found:
         header, steps = read_reproducer(path)
         assert header["case"] and steps, path
+
+
+def test_the_pjdfstest_count_is_the_cases() -> None:
+    """The number of pjdfstest files README and docs/posix.md give is the family's, which is the
+    tarball's where this machine has it built."""
+    from cases.posix_expectations import PJDFSTEST_FILES
+    from harness.fuse import pjdfstest
+    from harness.qemu.provision import cache_root
+
+    for page in (README, PROJECT / "docs" / "posix.md"):
+        assert f"{len(PJDFSTEST_FILES)} `.t`" in page.read_text() or f"({len(PJDFSTEST_FILES)})" in page.read_text()
+    tarball = pjdfstest.find_tarball()
+    tree = cache_root() / tarball.name.removesuffix(".tar.gz") if tarball else None
+    if tree is not None and (tree / "pjdfstest").is_file():
+        assert [f"{name.removesuffix('.t')}" for name in pjdfstest.test_files(tree)] == PJDFSTEST_FILES
