@@ -100,7 +100,7 @@ def _run(options: MountOptions, mountpoint: Path, rundir: Path) -> int:
         before = _export_header(fs)
         config, probe = usable_config(options.binary, fs)
         with Machine(config, workdir=rundir) as machine:
-            session = Session(Channel(Driver(machine.qtest, config.transport), machine.output_tail))
+            session = Session(Channel(Driver.of(machine), machine.output_tail))
             if options.trace_dir:  # the whole conversation (or its end), for the reproducer
                 session.history = collections.deque(session.history, maxlen=options.trace_limit)
                 options.trace_dir.mkdir(parents=True, exist_ok=True)

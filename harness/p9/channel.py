@@ -180,7 +180,7 @@ class Channel:
         # an entry as soon as avail.idx says so, even in the middle of our socket write. Padded up
         # to the table, so that the table's write continues this one (qtest joins them).
         padding = bytes(table_at - frame_at - len(frame)) if table_at is not None else b""
-        self.driver.qtest.memwrite(frame_at, frame + padding)
+        self.driver.mem.memwrite(frame_at, frame + padding)
         try:
             head = self.driver.queue.add(chain, indirect_table=table_at, loop=layout.loop, publish=False)
         except DeviceError:
@@ -259,7 +259,7 @@ class Channel:
         return done
 
     def _poll(self, awaited: Request | None) -> None:
-        qt = self.driver.qtest
+        mem = self.driver.mem
         spans = [(awaited.in_addr, min(READ_AHEAD, awaited.in_size))] if awaited else []
         elems, ahead = self.driver.queue.poll(spans)
         seen = time.perf_counter()
@@ -276,7 +276,7 @@ class Channel:
         ahead_ok = [r is awaited and n <= len(ahead[0]) for r, n in zip(requests, lengths, strict=True)]
         missing = [(r.in_addr, n) for r, n, ok in zip(requests, lengths, ahead_ok, strict=True) if not ok]
         started = time.perf_counter()
-        fetched = iter(qt.memread_many(missing) if missing else [])
+        fetched = iter(mem.memread_many(missing) if missing else [])
         if missing:
             self.transfer_seconds += time.perf_counter() - started
         for request, elem, length, ok in zip(requests, elems, lengths, ahead_ok, strict=True):

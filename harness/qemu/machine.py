@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import functools
 import logging
+import mmap
 import os
 import re
 import shutil
@@ -25,7 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import IO, TYPE_CHECKING, Literal
 
 from harness.errors import HarnessMisuse, QEMUError, QEMUExited, QEMUStartError, QTestError
 from harness.qemu.build import TSAN_SUPPRESSIONS
@@ -45,6 +46,8 @@ DEVICE_ID = "v9p0"
 #: PCI_DOWN_BASE 4) and eject (+ PCI_EJ_BASE 8)
 ACPI_PCIHP_DOWN, ACPI_PCIHP_EJECT = 0xAE04, 0xAE08
 QTEST_SOCKET, QMP_SOCKET = "qtest.sock", "qmp.sock"
+#: the memory backend of shared guest RAM
+RAM_ID = "v9p-ram"
 #: Lines QEMU prints on an orderly stop that say nothing about the case.
 BENIGN_OUTPUT = ("GLib: g_timer_elapsed: assertion 'timer != NULL' failed",)
 
@@ -117,6 +120,9 @@ class MachineConfig:
     extra_args: tuple[str, ...] = ()
     #: QEMU's RLIMIT_NOFILE (soft and hard), None to inherit ours: 9pfs sizes its fd reclaim from it
     nofile: int | None = None
+    #: "shared": guest RAM is a memfd the harness maps too (Machine.guest_ram); "qtest": every guest
+    #: memory access goes over the qtest socket
+    guest_memory: Literal["qtest", "shared"] = "qtest"
 
     def device_opts(self) -> list[tuple[str, str]]:
         opts = [("id", DEVICE_ID), ("fsdev", "fsdev0"), ("mount_tag", self.mount_tag), ("addr", self.pci_addr)]
@@ -126,12 +132,23 @@ class MachineConfig:
             opts.append(("ioeventfd", "on" if self.ioeventfd else "off"))
         return opts
 
-    def argv(self, qtest_socket: Path, qmp_socket: Path) -> list[str]:
+    def argv(self, qtest_socket: Path, qmp_socket: Path, ram_fd: int | None = None) -> list[str]:
+        """``ram_fd``: with guest_memory "shared", the memfd QEMU inherits as its RAM (opened again
+        through /proc/self/fd: a memory-backend-file every QEMU from 7.2 on takes, and no file
+        anywhere that could outlive the two processes)."""
         argv = [str(self.binary)]
         for directory in self.firmware_dirs:
             argv += ["-L", str(directory)]
+        machine = self.machine_type
+        if self.guest_memory == "shared":
+            fd = "N" if ram_fd is None else str(ram_fd)
+            argv += [
+                "-object",
+                f"memory-backend-file,id={RAM_ID},size={self.ram_mib}M,mem-path=/proc/self/fd/{fd},share=on",
+            ]
+            machine += f",memory-backend={RAM_ID}"
         argv += [
-            "-machine", self.machine_type,
+            "-machine", machine,
             "-m", f"{self.ram_mib}M",
             "-display", "none",
             "-nodefaults",
@@ -277,6 +294,8 @@ class Machine:
         self.argv = config.argv(Path(QTEST_SOCKET), Path(QMP_SOCKET))  # relative to QEMU's cwd, self._dir
         self.log_path = self._dir / "qemu.log"
         self._proc: subprocess.Popen[bytes] | None = None
+        #: guest RAM mapped here too (guest_memory "shared"), from spawn() until the connections close
+        self.guest_ram: mmap.mmap | None = None
         self._qtest: QTest | None = None
         self._qtest_listener: socket.socket | None = None
         self._qmp_listener: socket.socket | None = None
@@ -349,20 +368,46 @@ class Machine:
             self._qmp_listener = _listen(short / QMP_SOCKET)
         finally:
             os.close(dir_fd)
+        ram_fd = self._shared_ram() if self.config.guest_memory == "shared" else None
+        if ram_fd is not None:
+            self.argv = self.config.argv(Path(QTEST_SOCKET), Path(QMP_SOCKET), ram_fd)
         log.debug("launch in %s: %s", self._dir, " ".join(self.argv))
         parent = os.getpid()
         with open(self.log_path, "wb") as out:
-            self._proc = subprocess.Popen(
-                self.argv,
-                cwd=self._dir,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=lambda: die_with_parent(parent, self.config.nofile),
-                env={**sanitizer_env(self.config.binary), **os.environ},
-            )
+            try:
+                self._popen(out, parent, ram_fd)
+            finally:
+                if ram_fd is not None:  # QEMU holds its own; the mapping keeps ours
+                    os.close(ram_fd)
         self._deadline = time.monotonic() + self.start_timeout
+
+    def _shared_ram(self) -> int:
+        """A memfd of the guest's RAM size, mapped here; its fd, for QEMU to inherit."""
+        size = self.config.ram_mib << 20
+        try:
+            fd = os.memfd_create("v9p-guest-ram")
+        except OSError as err:
+            raise QEMUStartError(f"no shared guest RAM: memfd_create: {err}; use --guest-memory qtest") from err
+        try:
+            os.ftruncate(fd, size)
+            self.guest_ram = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError as err:
+            os.close(fd)
+            raise QEMUStartError(f"no shared guest RAM of {size >> 20} MiB: {err}; use --guest-memory qtest") from err
+        return fd
+
+    def _popen(self, out: IO[bytes], parent: int, ram_fd: int | None) -> None:
+        self._proc = subprocess.Popen(
+            self.argv,
+            cwd=self._dir,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: die_with_parent(parent, self.config.nofile),
+            env={**sanitizer_env(self.config.binary), **os.environ},
+            pass_fds=(ram_fd,) if ram_fd is not None else (),
+        )
 
     def _connect(self) -> None:
         if self._qtest_listener is None or self._qmp_listener is None:
@@ -458,6 +503,9 @@ class Machine:
 
     def _close_connections(self) -> None:
         self._close_listeners()
+        if self.guest_ram is not None:
+            self.guest_ram.close()
+            self.guest_ram = None
         if self._qtest is not None:
             self._qtest.close()
         if self._qmp is not None:

@@ -22,7 +22,7 @@ class Connection:
 
 def open_channel(machine: Machine) -> Channel:
     """The virtio-9p device of a started ``machine`` brought up by our driver, as a 9P channel."""
-    return Channel(Driver(machine.qtest, machine.config.transport), machine.output_tail)
+    return Channel(Driver.of(machine), machine.output_tail)
 
 
 @contextlib.contextmanager

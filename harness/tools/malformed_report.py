@@ -39,7 +39,7 @@ def report(binary: Path, transport: str, write: bool) -> int:
                 machine.shutdown()
                 machine = Machine(config)
                 machine.launch()
-            session = Session(Channel(Driver(machine.qtest, config.transport), machine.output_tail))
+            session = Session(Channel(Driver.of(machine), machine.output_tail))
             blocker = malformed.prepare(session, entry)
             outcome = malformed.run(session, entry)
             if outcome == malformed.Fate.NO_REPLY or malformed.died(outcome):

@@ -19,8 +19,9 @@ import contextlib
 from collections.abc import Iterator
 
 from harness.errors import DeviceError
+from harness.qemu.machine import Machine
 from harness.qemu.qtest import QTest
-from harness.virtio.guestmem import GuestAllocator, read_ram_size
+from harness.virtio.guestmem import GuestAllocator, GuestMemory, SharedRam, read_ram_size
 from harness.virtio.pci import PCIBus
 from harness.virtio.virtio_pci import (
     DEVICE_TYPE_9P,
@@ -45,9 +46,13 @@ REQUEST_QUEUE = 0
 class Driver:
     """The virtio-9p function of one QEMU (reached through ``qtest``), brought up."""
 
-    def __init__(self, qtest: QTest, transport: Transport, *, features: int = DEFAULT_FEATURES) -> None:
-        #: guest memory, MMIO and port I/O
+    def __init__(
+        self, qtest: QTest, transport: Transport, *, features: int = DEFAULT_FEATURES, mem: GuestMemory | None = None
+    ) -> None:
+        #: MMIO, port I/O, and guest memory unless ``mem`` is given
         self.qtest = qtest
+        #: guest memory for the ring, requests and replies: ``mem`` (shared RAM) or qtest
+        self.mem: GuestMemory = mem if mem is not None else qtest
         self.transport = transport
         self.wanted_features = features
         self._ram_size = read_ram_size(qtest)
@@ -56,6 +61,12 @@ class Driver:
         self.queue: SplitVirtqueue
         self.features = 0
         self.start()
+
+    @classmethod
+    def of(cls, machine: Machine, *, features: int = DEFAULT_FEATURES) -> Driver:
+        """The driver of ``machine``'s device: on its shared guest RAM where it has one."""
+        ram = SharedRam(machine.guest_ram) if machine.guest_ram is not None else None
+        return cls(machine.qtest, machine.config.transport, features=features, mem=ram)
 
     def _discover(self) -> VirtioPCI:
         """Find, enable and map the function: once per QEMU, as a guest driver probes once. A
@@ -75,7 +86,7 @@ class Driver:
         if size == 0:
             raise DeviceError("virtio-9p request queue 0 has size 0")
         self.ring_addr = self.allocator.alloc(RingLayout.total_bytes(size))
-        self.queue = SplitVirtqueue(self.qtest, RingLayout.at(self.ring_addr, size), REQUEST_QUEUE)
+        self.queue = SplitVirtqueue(self.mem, RingLayout.at(self.ring_addr, size), REQUEST_QUEUE)
         self.queue.clear_rings()
         self.function.setup_queue(REQUEST_QUEUE, self.queue.layout)
         driver_ok(self.function, self.status_history)
@@ -99,7 +110,7 @@ class Driver:
         """Notify the device of chains made available since ``old_avail``; under
         VIRTIO_RING_F_EVENT_IDX only when the device's avail_event asks for it."""
         if self.features & F_RING_EVENT_IDX:
-            event = int.from_bytes(self.qtest.memread(self.queue.avail_event_addr(), 2), "little")
+            event = int.from_bytes(self.mem.memread(self.queue.avail_event_addr(), 2), "little")
             if not self.queue.need_event(event, self.queue.avail_idx, old_avail):
                 self.suppressed_notifications += 1
                 return
