@@ -138,7 +138,9 @@ def test_fio_verify(rw: str, bs: str, msize: int, posix_mount: Mount, request: p
             "--ioengine=psync", "--verify=crc32c", "--verify_fatal=1", "--do_verify=1", "--randseed=1",
             "--randrepeat=1", "--output-format=json"]  # fmt: skip
     seconds = request.config.getoption("--stress-seconds")
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds * 4 + 300, check=False)
+    # in its directory on the mount: fio writes its verify state file (local-v9p-0-verify.state)
+    # into the working directory, which was the checkout's
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds * 4 + 300, check=False, cwd=work)
     assert done.returncode == 0, f"fio failed (status {done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
     job = json.loads(done.stdout[done.stdout.index("{") :])["jobs"][0]
     assert job["error"] == 0 and job["write"]["io_bytes"] == parse_size(FIO_SIZE), job["write"]
