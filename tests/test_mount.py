@@ -19,7 +19,7 @@ import pytest
 
 from fixtures.devices import QemuUnderTest
 from fixtures.mount import REPO, Mount, MountError, cannot_mount, wait_unmounted
-from harness.fuse.mount import mounted
+from harness.fuse.watcher import mounted
 from harness.p9.trace import read_reproducer
 
 pytestmark = pytest.mark.skipif(cannot_mount() is not None, reason=f"no FUSE mount here: {cannot_mount()}")

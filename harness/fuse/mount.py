@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import HarnessError, HarnessMisuse
+from harness.fuse.watcher import mounted
 from harness.p9.channel import Channel
 from harness.p9.session import Session
 from harness.p9.trace import format_records, write_reproducer
@@ -55,7 +56,7 @@ class MountOptions:
 
 
 def require_fuse() -> None:
-    """Say what is missing before QEMU starts: the binding, the device, the unmount tool."""
+    """Say what is missing before QEMU starts: the binding, the device, root."""
     try:
         import pyfuse3  # noqa: F401
         import trio  # noqa: F401
@@ -68,11 +69,6 @@ def require_fuse() -> None:
         raise HarnessMisuse("the mount needs /dev/fuse (modprobe fuse; in a container: --device /dev/fuse)")
     if os.geteuid() != 0:
         raise HarnessMisuse("the mount runs as root: it answers every uid's requests (allow_other) as v9fs does")
-
-
-def mounted(mountpoint: Path) -> bool:
-    with open("/proc/self/mounts") as mounts:
-        return any(line.split()[1] == str(mountpoint) for line in mounts if len(line.split()) > 1)
 
 
 def run(options: MountOptions) -> int:

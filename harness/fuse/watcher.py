@@ -17,9 +17,10 @@ import subprocess
 import sys
 
 
-def mounted(mountpoint: str) -> bool:
+def mounted(mountpoint: str | os.PathLike[str]) -> bool:
+    """Whether ``mountpoint`` is in this process's mount table (the mount asks it too)."""
     with open("/proc/self/mounts") as mounts:
-        return any(line.split()[1] == mountpoint for line in mounts if len(line.split()) > 1)
+        return any(line.split()[1] == str(mountpoint) for line in mounts if len(line.split()) > 1)
 
 
 def main(mountpoint: str, rundir: str) -> int:
