@@ -359,17 +359,20 @@ class Bridge(pyfuse3.Operations):
 
     # -- files ------------------------------------------------------------------------------------
 
-    async def open(self, inode: int, flags: int, ctx: Any) -> pyfuse3.FileInfo:
-        def open_() -> pyfuse3.FileInfo:
-            fid = self.walk(self.node(inode).fid, [])
-            try:
-                reply = self.session.rpc(Tlopen(fid=fid, flags=flags & ~KERNEL_ONLY_FLAGS))
-            except BaseException:
-                self.clunk(fid)
-                raise
-            return pyfuse3.FileInfo(fh=self.new_handle(fid, inode, reply.iounit, ctx.uid), direct_io=True)
+    def opened(self, inode: int, flags: int, uid: int) -> int:
+        """A handle of a clone of the inode's fid, Tlopen'ed with ``flags`` (the clone clunked if refused)."""
+        fid = self.walk(self.node(inode).fid, [])
+        try:
+            reply = self.session.rpc(Tlopen(fid=fid, flags=flags))
+        except BaseException:
+            self.clunk(fid)
+            raise
+        return self.new_handle(fid, inode, reply.iounit, uid)
 
-        return self.call(open_)
+    async def open(self, inode: int, flags: int, ctx: Any) -> pyfuse3.FileInfo:
+        return self.call(
+            lambda: pyfuse3.FileInfo(fh=self.opened(inode, flags & ~KERNEL_ONLY_FLAGS, ctx.uid), direct_io=True)
+        )
 
     async def create(
         self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: Any
@@ -438,16 +441,7 @@ class Bridge(pyfuse3.Operations):
     # -- directories ------------------------------------------------------------------------------
 
     async def opendir(self, inode: int, ctx: Any) -> int:
-        def opendir() -> int:
-            fid = self.walk(self.node(inode).fid, [])
-            try:
-                reply = self.session.rpc(Tlopen(fid=fid, flags=os.O_RDONLY))
-            except BaseException:
-                self.clunk(fid)
-                raise
-            return self.new_handle(fid, inode, reply.iounit)
-
-        return self.call(opendir)
+        return self.call(lambda: self.opened(inode, os.O_RDONLY, ctx.uid))
 
     async def readdir(self, fh: int, start_id: int, token: Any) -> None:
         def readdir() -> None:
