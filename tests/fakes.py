@@ -50,6 +50,8 @@ class FakeQTestPeer:
 class FakeMemory:
     """Guest memory as a bytearray, with the same calls the drivers make on qtest."""
 
+    mapped = False  # batched reads, as on the qtest path
+
     def __init__(self, size: int) -> None:
         self.data = bytearray(size)
         self.writes = 0

@@ -31,6 +31,17 @@ log = logging.getLogger(__name__)
 
 #: Bytes of the awaited reply buffer read together with each poll of the used ring.
 READ_AHEAD = 512
+#: A wait polls the used ring back to back this long, then sleeps between polls: most replies
+#: come within a few hundred microseconds, and a sleeping poller costs a timer wake-up (~60 µs
+#: or more) per reply. On the qtest path each poll is a round trip, so the spin is a handful of them.
+SPIN_SECONDS = 500e-6
+SLEEP_SECONDS = 100e-6
+#: Requests QEMU's 9pfs serves at a time (MAX_REQ in hw/9pfs/9p.h), whatever the queue size. It
+#: pops no more while they are busy, and looks at the ring again only when notified (a finished
+#: request does not make it look), so chains beyond these wait for the next notification: a wait
+#: with more than this many in flight notifies again at each health check (a driver may notify at
+#: any time). The case ring/beyond_slots shows what happens without.
+SERVER_SLOTS = 128
 #: How often a silent wait checks the device status for DEVICE_NEEDS_RESET.
 HEALTH_CHECK_INTERVAL = 0.05
 
@@ -224,18 +235,16 @@ class Channel:
         old = queue.publish()
         if old != queue.avail_idx:
             self.driver.kick(old)
-        self.driver.qtest.flush()
+        self.driver.send()
 
     def wait(self, request: Request, timeout: float) -> Completion | None:
         """Poll until ``request`` completes (others are kept); None after ``timeout`` seconds."""
         start = time.monotonic()
         next_check = start + HEALTH_CHECK_INTERVAL
-        polls = 0
         while request not in self._done:
             if self._in_flight.get(request.head) is not request:
                 raise DeviceError(f"request with head {request.head} is not in flight")
             self._poll(request)
-            polls += 1
             if request in self._done:
                 break
             now = time.monotonic()
@@ -243,9 +252,11 @@ class Channel:
                 return None
             if now > next_check:
                 self._check_health()
+                self._notify_beyond_slots()
                 next_check = now + HEALTH_CHECK_INTERVAL
-            if polls > 100:
-                time.sleep(0.0002)
+            if now - start > SPIN_SECONDS:
+                self.driver.tend()
+                time.sleep(SLEEP_SECONDS)
         return self._done.pop(request)
 
     def completed(self, request: Request) -> bool:
@@ -260,8 +271,12 @@ class Channel:
 
     def _poll(self, awaited: Request | None) -> None:
         mem = self.driver.mem
-        spans = [(awaited.in_addr, min(READ_AHEAD, awaited.in_size))] if awaited else []
+        # reading ahead saves a round trip per reply on the qtest path; in a mapping it is a copy
+        ahead_wanted = awaited is not None and not mem.mapped
+        spans = [(awaited.in_addr, min(READ_AHEAD, awaited.in_size))] if awaited and ahead_wanted else []
         elems, ahead = self.driver.queue.poll(spans)
+        if not elems:
+            return
         seen = time.perf_counter()
         requests = [self._in_flight.pop(elem.head) for elem in elems]
         for request, elem in zip(requests, elems, strict=True):
@@ -273,7 +288,9 @@ class Channel:
         # what was written into each reply buffer (a resident tail stays where it is); every reply
         # not already read ahead comes back in one exchange
         lengths = [min(e.length, r.in_size) for r, e in zip(requests, elems, strict=True)]
-        ahead_ok = [r is awaited and n <= len(ahead[0]) for r, n in zip(requests, lengths, strict=True)]
+        ahead_ok = [
+            ahead_wanted and r is awaited and n <= len(ahead[0]) for r, n in zip(requests, lengths, strict=True)
+        ]
         missing = [(r.in_addr, n) for r, n, ok in zip(requests, lengths, ahead_ok, strict=True) if not ok]
         started = time.perf_counter()
         fetched = iter(mem.memread_many(missing) if missing else [])
@@ -288,6 +305,10 @@ class Channel:
         self._done[request] = Completion(request, elem.length, reply, self._completed, server)
         self._completed += 1
 
+    def _notify_beyond_slots(self) -> None:
+        if self.driver.queue.in_flight > SERVER_SLOTS:
+            self.driver.notify_again()
+
     def _check_health(self) -> None:
         status = self.driver.status()
         if status & STATUS_NEEDS_RESET:
@@ -301,11 +322,16 @@ class Channel:
         """Collect completions nobody waited for, giving requests still in progress up to ``grace``
         seconds; returns how many are still in flight (blocked in the server)."""
         deadline = time.monotonic() + grace
+        next_check = time.monotonic() + HEALTH_CHECK_INTERVAL
         while True:
             self._poll(None)
             self._done.clear()
-            if not self._in_flight or time.monotonic() >= deadline:
+            now = time.monotonic()
+            if not self._in_flight or now >= deadline:
                 return len(self._in_flight)
+            if now > next_check:
+                self._notify_beyond_slots()
+                next_check = now + HEALTH_CHECK_INTERVAL
             time.sleep(0.001)
 
     def abandon(self) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import logging
 import socket
 import struct
@@ -35,12 +36,20 @@ POST_LIMIT = 1 << 20
 #: polls before ppoll, ``poll-max-ns``). A reply usually comes within ~10 µs; a sleeping reader
 #: needs a cross-CPU wake-up that took ~40 µs more per round trip on a 2-vCPU machine.
 SPIN_SECONDS = 50e-6
+#: Unanswered :meth:`QTest.send_posted` lines allowed before a send waits for their answers. QEMU
+#: writes each ``OK`` separately, and a UNIX socket charges every write about a kilobyte of buffer
+#: whatever its size: some 200 unread answers fill it, and QEMU's main loop then sleeps in its
+#: chardev write until they are read (measured: a burst of 300 notifies wedged it).
+UNANSWERED_LIMIT = 32
 
 LostHook = Callable[[QTestError], Exception | None]
 
 
 class QTest:
     """One qtest connection.  Owns the socket; use as a context manager or call :meth:`close`."""
+
+    #: as guest memory (harness.virtio.guestmem.GuestMemory), every access is a round trip
+    mapped = False
 
     def __init__(
         self,
@@ -61,6 +70,8 @@ class QTest:
         self._chunk_view = memoryview(self._chunk)
         self._posted: list[str] = []
         self._posted_bytes = 0
+        #: lines sent by :meth:`send_posted` whose ``OK`` has not been read yet, oldest first
+        self._unanswered: collections.deque[str] = collections.deque()
         #: the last posted memwrite, not yet a line: a write that continues it joins it
         self._open_write: tuple[int, bytearray] | None = None
         self._on_lost = on_lost
@@ -86,6 +97,7 @@ class QTest:
 
     def close(self) -> None:
         self._posted.clear()
+        self._unanswered.clear()
         self._open_write = None
         self._sock.close()
 
@@ -99,9 +111,48 @@ class QTest:
             self.flush()
 
     def flush(self) -> None:
-        """Send every posted command now and check its ``OK``."""
-        if self._posted or self._open_write is not None:
+        """Send every posted command now and check its ``OK`` (and those of :meth:`send_posted`)."""
+        if self._posted or self._open_write is not None or self._unanswered:
             self.exchange([])
+
+    def send_posted(self) -> None:
+        """Send every posted command now without waiting for its ``OK``: the answers are read and
+        checked by the next exchange, or by :meth:`drain`. For a caller that has nothing to ask
+        QEMU and learns the outcome another way (the used ring in shared guest RAM): it saves the
+        wait for a reply that QEMU sends only after running the command, a notify's whole
+        virtqueue handler included. Past :data:`UNANSWERED_LIMIT` lines it waits, so that QEMU's
+        replies never fill the socket."""
+        if self._open_write is not None:
+            self._close_write()
+        if not self._posted:
+            return
+        lines, self._posted, self._posted_bytes = self._posted, [], 0
+        self.drain()
+        self._send("\n".join(lines) + "\n")
+        self._unanswered.extend(lines)
+        if len(self._unanswered) > UNANSWERED_LIMIT:
+            self.exchange([])
+
+    def drain(self) -> None:
+        """Check the answers to :meth:`send_posted` lines that have already come, without waiting."""
+        if not self._unanswered:
+            return
+        try:
+            size = self._sock.recv_into(self._chunk, 0, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError as err:
+            self._lost(QTestDisconnected(f"qtest socket receive failed: {err}"), err)
+        if not size:
+            self._lost(QTestDisconnected("qtest socket closed by QEMU"), None)
+        self._buf += self._chunk_view[:size]
+        self._check_unanswered(self._read_replies(len(self._unanswered), complete_only=True))
+
+    def _check_unanswered(self, replies: list[str]) -> None:
+        for reply in replies:
+            line = self._unanswered.popleft()
+            if reply.partition(" ")[0] != "OK":
+                raise QTestFail(line, reply)
 
     def query(self, line: str) -> str:
         """Send posted commands plus ``line``; return the text after ``OK`` of the last reply."""
@@ -114,11 +165,17 @@ class QTest:
         everything = self._posted
         everything.extend(lines)
         if not everything:
+            if self._unanswered:
+                self._check_unanswered(self._read_replies(len(self._unanswered)))
             return []  # an empty line would make QEMU abort (qtest_process_command asserts on it)
         self._posted = []
         self._posted_bytes = 0
         self._send("\n".join(everything) + "\n")
-        replies = self._read_replies(len(everything))
+        earlier = len(self._unanswered)  # send_posted lines: their answers come first
+        replies = self._read_replies(earlier + len(everything))
+        if earlier:
+            self._check_unanswered(replies[:earlier])
+            replies = replies[earlier:]
         payloads: list[str] = []
         for line, reply in zip(everything, replies, strict=True):
             status, _, rest = reply.partition(" ")
@@ -134,13 +191,17 @@ class QTest:
         except OSError as err:
             self._lost(QTestDisconnected(f"qtest socket send failed: {err}"), err)
 
-    def _read_replies(self, count: int) -> list[str]:
-        """Read ``count`` reply lines, recording and skipping asynchronous IRQ lines."""
+    def _read_replies(self, count: int, complete_only: bool = False) -> list[str]:
+        """Read ``count`` reply lines, recording and skipping asynchronous IRQ lines (with
+        ``complete_only``: at most ``count``, from what is already buffered)."""
         replies: list[str] = []
         while len(replies) < count:
             if self._buf.count(b"\n") < count - len(replies):
-                self._receive()
-                continue
+                if not complete_only:
+                    self._receive()
+                    continue
+                if b"\n" not in self._buf:
+                    break
             *complete, rest = self._buf.split(b"\n")
             self._buf = bytearray(rest)
             for raw in complete:

@@ -8,7 +8,8 @@ the interrupts or config space themselves use its public surface, documented her
 - ``function``: the PCI function's virtio registers (config, ISR, queue vectors, notify)
 - ``queue``: the split virtqueue of request queue 0 (indices, free descriptors, used_event)
 - ``features``, ``status_history``: what the last bring-up negotiated and read back
-- ``notifications`` / ``suppressed_notifications``: kicks sent / left out under EVENT_IDX
+- ``notifications`` / ``suppressed_notifications``: kicks sent / left out under EVENT_IDX;
+  ``renotifications``: notifies with nothing new (:meth:`notify_again`)
 - :meth:`guest_buffer`: guest memory of one's own, freed on leaving the block
 - :meth:`reset`: device reset and a new bring-up (the per-test queue reset)
 """
@@ -78,7 +79,7 @@ class Driver:
         if not self.function.pci.enabled():  # a system reset cleared PCI config space
             self.function = self._discover()
         self.allocator = GuestAllocator.for_ram(self._ram_size)
-        self.notifications = self.suppressed_notifications = 0
+        self.notifications = self.suppressed_notifications = self.renotifications = 0
         #: Device status read back at each step of this bring-up: 0, 1, 3, (0xb), 0xf / 0x7.
         self.status_history: list[int] = []
         self.features = negotiate(self.function, self.wanted_features, self.status_history)
@@ -106,16 +107,48 @@ class Driver:
         tag_len = int.from_bytes(self.function.read_config(0, 2), "little")
         return self.function.read_config(2, tag_len).decode("utf-8", "replace")
 
-    def kick(self, old_avail: int) -> None:
-        """Notify the device of chains made available since ``old_avail``; under
-        VIRTIO_RING_F_EVENT_IDX only when the device's avail_event asks for it."""
+    def kick(self, old_avail: int, new_avail: int | None = None) -> None:
+        """Notify the device of chains made available since ``old_avail`` (up to ``new_avail``, by
+        default the queue's avail.idx); under VIRTIO_RING_F_EVENT_IDX only when the device's
+        avail_event asks for it."""
         if self.features & F_RING_EVENT_IDX:
             event = int.from_bytes(self.mem.memread(self.queue.avail_event_addr(), 2), "little")
-            if not self.queue.need_event(event, self.queue.avail_idx, old_avail):
+            new = self.queue.avail_idx if new_avail is None else new_avail
+            if not self.queue.need_event(event, new, old_avail):
                 self.suppressed_notifications += 1
                 return
         self.function.notify(REQUEST_QUEUE)
         self.notifications += 1
+
+    def notify_again(self) -> None:
+        """Notify the device although nothing new is available (counted apart from the kicks): for a
+        device that looks at the ring only when notified and left chains in it."""
+        self.function.notify(REQUEST_QUEUE)
+        self.renotifications += 1
+        self.send()
+
+    def send(self) -> None:
+        """Send QEMU what is queued for it: the notify, and on the qtest path the request's memory
+        writes. On shared RAM without EVENT_IDX that is all: the notify's answer is not waited
+        for (QEMU answers only after its virtqueue handler has run, tens of microseconds per
+        submission), the used ring in the mapping says what happened. Otherwise the answer is
+        waited for, so that the ring, and avail_event for the next kick, are as QEMU left them."""
+        if self.mem is not self.qtest and not self.features & F_RING_EVENT_IDX:
+            self.qtest.send_posted()
+        else:
+            self.qtest.flush()
+
+    def tend(self) -> None:
+        """While waiting for completions: check the answers QEMU has already sent (a notify that
+        failed is reported now, not at the next exchange)."""
+        self.qtest.drain()
+
+    def settle(self) -> None:
+        """One qtest round trip: what QEMU's main loop did before it (a used-ring entry and the
+        MSI-X message after it) is in guest memory. On shared RAM a completion can be seen in the
+        used ring a moment before the device's message lands; on the qtest path this costs one
+        exchange and changes nothing."""
+        self.qtest.query("endianness")
 
     @contextlib.contextmanager
     def guest_buffer(self, size: int) -> Iterator[int]:

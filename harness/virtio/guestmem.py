@@ -21,7 +21,12 @@ PCI_HOLE = 0xE0000000
 
 
 class GuestMemory(Protocol):
-    """What the virtqueue needs from guest memory.  :class:`harness.qemu.qtest.QTest` is one."""
+    """What the virtqueue needs from guest memory.  :class:`harness.qemu.qtest.QTest` is one.
+
+    ``mapped``: a read is a memcpy (:class:`SharedRam`), so a poller may read one field at a
+    time; False where each read is a round trip and reads are best batched."""
+
+    mapped: bool
 
     def memread(self, addr: int, size: int) -> bytes: ...
 
@@ -41,6 +46,8 @@ class SharedRam:
     (TSO) keeps store order and load order as issued, so the program order is the order QEMU sees;
     on a host with weaker ordering this path would need barriers: use the qtest path there.
     """
+
+    mapped = True
 
     def __init__(self, mapping: mmap.mmap) -> None:
         self._map = mapping
