@@ -200,6 +200,8 @@ class SplitVirtqueue:
         ``used.idx``, so when the index shows a completion they already hold its data.
         """
         layout = self.layout
+        if self.mem.mapped and _U16.unpack(self.mem.memread(layout.used + 2, 2))[0] == self.last_used:
+            return [], []  # nothing new: one memcpy of two bytes, the common case of a spinning wait
         idx_raw, first, *extra = self.mem.memread_many(
             [(layout.used + 2, 2), (layout.used_elem(self.last_used), 8), *also_read]
         )
