@@ -47,3 +47,16 @@ def table_rows(output: str) -> list[list[str]]:
     lines = [line for line in output.splitlines() if line.startswith("|")]
     assert len(lines) >= 3 and set(lines[1]) <= set("|-: "), output
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+
+
+SHM = Path("/dev/shm")
+
+
+def shm_files() -> set[str]:
+    """What /dev/shm holds now (shared guest RAM is a memfd: it must never add a file there)."""
+    return set(os.listdir(SHM)) if SHM.is_dir() else set()
+
+
+def shares_guest_ram(qemu_pid: int) -> bool:
+    """Whether QEMU ``qemu_pid`` runs on RAM the harness maps too (the memfd in its maps)."""
+    return "memfd:v9p-guest-ram" in Path(f"/proc/{qemu_pid}/maps").read_text()

@@ -11,6 +11,7 @@ import subprocess
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,9 +26,17 @@ from harness.qemu import versions
 from harness.qemu.machine import LocalFs, Machine, MachineConfig
 from harness.tools.connect import open_channel
 from harness.virtio.driver import Driver
-from tests.subrun import run_pytest
+from tests.subrun import run_pytest, shm_files
 
 PROJECT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def no_file_in_dev_shm() -> Iterator[None]:
+    """Whatever the fault, /dev/shm gains nothing: shared guest RAM is a memfd, never a file."""
+    before = shm_files()
+    yield
+    assert shm_files() - before == set()
 
 
 def config(qemu: QemuUnderTest, **kwargs: object) -> MachineConfig:

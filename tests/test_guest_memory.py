@@ -4,7 +4,12 @@ into its mapping QEMU reads, what QEMU writes the harness sees, and nothing outl
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,15 +17,65 @@ import pytest
 from fixtures.devices import QemuUnderTest
 from harness.errors import GuestMemoryError
 from harness.p9.messages import Tgetattr
+from harness.qemu import machine
 from harness.qemu.machine import Machine, MachineConfig, SynthFs
 from harness.qemu.provision import usable_config
+from harness.qemu.qemu_suite import QEMU_72_CASES
 from harness.tools.connect import connect
 from harness.virtio.guestmem import SharedRam
+from tests.subrun import PROJECT, run_pytest
 
 
 def shared(qemu: QemuUnderTest) -> MachineConfig:
     config, _ = usable_config(qemu.binary, SynthFs())
     return dataclasses.replace(config, guest_memory="shared")
+
+
+@pytest.fixture
+def no_memfd(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A host where memfd_create fails (the probe is asked afresh, and forgotten after)."""
+
+    def refuse(name: str, flags: int = 0) -> int:
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    machine.shared_ram_problem.cache_clear()
+    monkeypatch.setattr(os, "memfd_create", refuse)
+    yield
+    monkeypatch.undo()
+    machine.shared_ram_problem.cache_clear()
+
+
+def test_shared_is_the_default_where_the_host_allows(qemu_under_test: QemuUnderTest) -> None:
+    assert machine.guest_memory("shared") == ("shared", "")
+    assert usable_config(qemu_under_test.binary)[0].guest_memory == "shared"
+    assert machine.guest_memory("qtest") == ("qtest", "")
+
+
+def test_no_shared_ram_is_one_message_and_the_qtest_path(
+    no_memfd: None, qemu_under_test: QemuUnderTest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mode, note = machine.guest_memory("shared")
+    assert mode == "qtest"
+    assert note == "guest memory: qtest, not shared (memfd_create: [Errno 38] Function not implemented)"
+    for _ in range(3):  # a tool configures several machines: the note is said once
+        assert usable_config(qemu_under_test.binary)[0].guest_memory == "qtest"
+    assert capsys.readouterr().err.count("guest memory: qtest, not shared") <= 1
+    with connect(usable_config(qemu_under_test.binary)[0]) as conn:  # and the qtest path works
+        assert conn.machine.guest_ram is None and not conn.driver.mem.mapped
+        conn.session.clunk(0)
+
+
+def test_the_run_header_says_which_path(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """The header of a run names the guest-memory path, and a run asked for qtest gets it."""
+    source = (
+        "from fixtures.case_path import case_path\n"
+        "@case_path('memory/path', backends=['synth'])\n"
+        "def test_one(attached, device):\n    assert device.machine.guest_ram is None\n    attached.clunk(0)\n"
+    )
+    proc = run_pytest(tmp_path, qemu_under_test, "-v", "--guest-memory", "qtest", source=source)  # -v: the header
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    assert "guest memory: qtest" in out
 
 
 def test_the_mapping_is_the_guests_ram(qemu_under_test: QemuUnderTest) -> None:
@@ -50,3 +105,15 @@ def test_a_session_runs_on_it_and_leaves_nothing(qemu_under_test: QemuUnderTest)
         conn.session.clunk(0)
     after = set(os.listdir("/dev/shm")) if Path("/dev/shm").is_dir() else set()
     assert after <= before  # no file anywhere: the memfd ended with both processes
+
+
+def test_qemus_27_cases_on_the_qtest_path(qemu_under_test: QemuUnderTest) -> None:
+    """The qtest path stays whole: QEMU's own 27 cases, under their names, pass on it."""
+    names = " or ".join(f"{name}]" for name in QEMU_72_CASES)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "cases/", "-q", "-p", "no:cacheprovider", "--qemu-suite", "-k", names,
+         "--guest-memory", "qtest", "--qemu-binary", str(qemu_under_test.binary)],
+        cwd=PROJECT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert re.search(rf"\b{len(QEMU_72_CASES)} passed\b", done.stdout), done.stdout[-2000:]

@@ -21,8 +21,17 @@ from fixtures.devices import QemuUnderTest
 from fixtures.mount import REPO, Mount, MountError, cannot_mount, wait_unmounted
 from harness.fuse.watcher import mounted
 from harness.p9.trace import read_reproducer
+from tests.subrun import shares_guest_ram, shm_files
 
 pytestmark = pytest.mark.skipif(cannot_mount() is not None, reason=f"no FUSE mount here: {cannot_mount()}")
+
+
+@pytest.fixture(autouse=True)
+def no_file_in_dev_shm() -> Iterator[None]:
+    """However a mount ends, /dev/shm gains nothing (its guest RAM is a memfd, never a file)."""
+    before = shm_files()
+    yield
+    assert shm_files() - before == set()
 
 
 @pytest.fixture
@@ -42,8 +51,10 @@ def mount(qemu_under_test: QemuUnderTest, export: Path, tmp_path: Path) -> Itera
 
 
 def qemu_pid(mount: Mount) -> int:
+    """The mount's QEMU, which runs on guest RAM shared with the harness (the default path)."""
     found = re.search(r"QEMU pid (\d+)", mount.banner)
     assert found, mount.banner
+    assert shares_guest_ram(int(found.group(1)))
     return int(found.group(1))
 
 

@@ -16,6 +16,7 @@ import functools
 import logging
 import mmap
 import os
+import platform
 import re
 import shutil
 import signal
@@ -48,6 +49,37 @@ ACPI_PCIHP_DOWN, ACPI_PCIHP_EJECT = 0xAE04, 0xAE08
 QTEST_SOCKET, QMP_SOCKET = "qtest.sock", "qmp.sock"
 #: the memory backend of shared guest RAM
 RAM_ID = "v9p-ram"
+
+GuestMemoryMode = Literal["qtest", "shared"]
+
+
+@functools.cache
+def shared_ram_problem() -> str | None:
+    """Why guest RAM cannot be shared with QEMU on this host, or None: a memfd of one page,
+    sized and mapped, is tried once per process. The answer never changes while the process runs."""
+    if platform.machine() not in ("x86_64", "AMD64"):  # the ordering SharedRam relies on (x86 TSO)
+        return f"shared guest RAM is implemented for x86-64 hosts (its memory ordering), not {platform.machine()}"
+    try:
+        fd = os.memfd_create("v9p-probe")
+    except (OSError, AttributeError) as err:
+        return f"memfd_create: {err}"
+    try:
+        os.ftruncate(fd, mmap.PAGESIZE)
+        mmap.mmap(fd, mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE).close()
+    except OSError as err:
+        return f"a shared mapping of a memfd: {err}"
+    finally:
+        os.close(fd)
+    return None
+
+
+def guest_memory(wanted: GuestMemoryMode) -> tuple[GuestMemoryMode, str]:
+    """The guest-memory path to use when ``wanted`` is asked for, and a note when it is not the
+    one asked for (shared RAM unavailable here: the qtest path, said once by the caller)."""
+    problem = shared_ram_problem() if wanted == "shared" else None
+    if problem is None:
+        return wanted, ""
+    return "qtest", f"guest memory: qtest, not shared ({problem})"
 #: Lines QEMU prints on an orderly stop that say nothing about the case.
 BENIGN_OUTPUT = ("GLib: g_timer_elapsed: assertion 'timer != NULL' failed",)
 
@@ -121,8 +153,8 @@ class MachineConfig:
     #: QEMU's RLIMIT_NOFILE (soft and hard), None to inherit ours: 9pfs sizes its fd reclaim from it
     nofile: int | None = None
     #: "shared": guest RAM is a memfd the harness maps too (Machine.guest_ram); "qtest": every guest
-    #: memory access goes over the qtest socket
-    guest_memory: Literal["qtest", "shared"] = "qtest"
+    #: memory access goes over the qtest socket. Callers choose with :func:`guest_memory`.
+    guest_memory: GuestMemoryMode = "shared"
 
     def device_opts(self) -> list[tuple[str, str]]:
         opts = [("id", DEVICE_ID), ("fsdev", "fsdev0"), ("mount_tag", self.mount_tag), ("addr", self.pci_addr)]
@@ -260,6 +292,12 @@ def die_with_parent(parent: int, nofile: int | None = None) -> None:
         import resource  # in the child only
 
         resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+
+def cpu_seconds(pid: int | str = "self") -> float:
+    """utime + stime of process ``pid`` (all its threads), in seconds, from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _listen(path: Path) -> socket.socket:
@@ -535,6 +573,12 @@ class Machine:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
+
+    def cpu_seconds(self) -> float:
+        """CPU time QEMU has used so far, all its threads, user and system (/proc/PID/stat)."""
+        if self.pid is None:
+            raise HarnessMisuse("CPU time of a QEMU that was never started")
+        return cpu_seconds(self.pid)
 
     def is_running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None

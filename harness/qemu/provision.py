@@ -8,12 +8,14 @@ then the harness's own build of its default origin in the cache
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -196,22 +198,36 @@ def probe_cached(binary: Path, root: Path | None = None) -> Probe:
 
 
 def usable_config(
-    binary: Path, fs: FsConfig | None = None, transport: str = "modern", ram_mib: int = 128
+    binary: Path,
+    fs: FsConfig | None = None,
+    transport: str = "modern",
+    ram_mib: int = 128,
+    guest_memory: str = "shared",
 ) -> tuple[MachineConfig, Probe]:
     """Probe ``binary`` (cached), refuse it if it cannot be tested, and configure a machine on it
-    (with the qtest accelerator, or degraded ``-accel tcg -S``)."""
+    (with the qtest accelerator, or degraded ``-accel tcg -S``; guest RAM shared where the host
+    allows, said once on stderr where it does not)."""
     from harness.qemu import machine
 
     found = probe_cached(binary)
     found.require_usable()
+    mode, note = machine.guest_memory(guest_memory)  # type: ignore[arg-type]
+    if note:
+        _say_once(note)
     config = machine.MachineConfig(
         binary=binary,
         fs=fs or machine.SynthFs(),
         transport=transport,  # type: ignore[arg-type]
         accel=found.accel,
         ram_mib=ram_mib,
+        guest_memory=mode,
     )
     return config, found
+
+
+@functools.cache
+def _say_once(note: str) -> None:
+    print(note, file=sys.stderr)
 
 
 # -- building (harness.qemu.build) -----------------------------------------------------------------
