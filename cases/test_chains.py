@@ -63,11 +63,11 @@ def test_payload_in_its_own_descriptor(place: Place, device: Device, transport: 
     Tread whose data lands in a descriptor after the 11-byte Rread head (how a guest kernel passes
     page-cache pages): bytes, counts and offsets honoured, and a short read at end of file writes
     no byte past its count."""
-    p9, qt = place.session, device.machine.qtest
+    p9, mem = place.session, device.driver.mem
     fid = open_file(place)
     with device.driver.guest_buffer(len(DATA)) as out, device.driver.guest_buffer(len(DATA)) as back:
-        qt.memwrite(out, DATA)
-        qt.memwrite(back, b"\xee" * len(DATA))
+        mem.memwrite(out, DATA)
+        mem.memwrite(back, b"\xee" * len(DATA))
         written = p9.send_resident(Twrite(fid=fid, offset=100, data=b""), Buffer(out, len(DATA))).result()
         assert written.count == len(DATA)
         assert place.host_path("data").read_bytes() == bytes(100) + DATA
@@ -75,7 +75,7 @@ def test_payload_in_its_own_descriptor(place: Place, device: Device, transport: 
         assert reply.message == Rread(data=b"")  # the data went to the resident buffer
         assert reply.used_len == wire.RREAD_HEADER + 100 + len(DATA) - 1000
         assert int.from_bytes(reply.frame[7:11], "little") == 100 + len(DATA) - 1000  # Rread's count
-        got = qt.memread(back, len(DATA))
+        got = mem.memread(back, len(DATA))
         assert got == DATA[900:] + b"\xee" * 900
     p9.clunk(fid)
 
