@@ -26,16 +26,41 @@ def run(*args: str) -> str:
     return done.stdout
 
 
+RTT_ROWS = [
+    "qtest readw, sequential",
+    "qtest readw, 100 pipelined",
+    "9P Tgetattr on the root, sequential",
+    *(f"9P Tgetattr, {k} in flight (indirect)" for k in (1, 8, 32, 128)),
+    *(f"load generator: Tgetattr, {k} in flight" for k in (1, 8, 32, 128)),
+]
+
+
 def test_bench_rtt_prints_rates(qemu_under_test: QemuUnderTest) -> None:
-    rows = table_rows(run("bench", "rtt", "--seconds", "0.05", "--qemu-binary", str(qemu_under_test.binary)))
-    assert [row[0] for row in rows] == [
-        "qtest readw, sequential",
-        "qtest readw, 100 pipelined",
-        "9P Tgetattr on the root, sequential",
-        *(f"9P Tgetattr, {k} in flight (indirect)" for k in (1, 8, 32, 128)),
-    ]
-    for row in rows:
+    out = run("bench", "rtt", "--seconds", "0.05", "--rounds", "1", "--qemu-binary", str(qemu_under_test.binary))
+    rows = table_rows(out)
+    assert [row[0] for row in rows] == RTT_ROWS
+    for row in rows:  # ops, ops/s, ..., QEMU CPU %, harness CPU %
         assert int(row[1]) > 0 and float(row[2]) > 0
+        assert int(row[-2]) >= 0 and int(row[-1]) > 0  # the harness always works; an idle QEMU may not
+    assert "shared (" in out.splitlines()[0]
+
+
+def test_bench_rtt_both_paths_interleaved(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """``--guest-memory both``: A is the shared path, B the qtest one, each row with both medians,
+    their spread over the rounds, both CPU splits and B/A; the JSON keeps every round."""
+    binary = str(qemu_under_test.binary)
+    out = run("bench", "rtt", "--seconds", "0.05", "--rounds", "2", "--guest-memory", "both", "--qemu-binary", binary,
+              "--json", str(tmp_path / "r.json"))  # fmt: skip
+    rows = table_rows(out)
+    assert [row[0] for row in rows] == RTT_ROWS
+    for row in rows:  # measurement, then per variant: median, min, max, QEMU %, harness %; then B/A
+        assert len(row) == 1 + 2 * 5 + 1
+        for at in (1, 6):
+            assert float(row[at + 1]) <= float(row[at]) <= float(row[at + 2])
+        assert float(row[-1]) == pytest.approx(float(row[6]) / float(row[1]), abs=0.01)
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert [v["guest_memory"] for v in data["variants"]] == ["shared", "qtest"]
+    assert all(len(rounds) == 2 for rounds in data["rounds"])
 
 
 @pytest.mark.parametrize("bench", ["readdir", "io"])
@@ -46,7 +71,8 @@ def test_bench_quick_writes_table_json_and_png(tmp_path: Path, qemu_under_test: 
     rows = table_rows(out)
     assert rows and all(float(row[-1]) > 0 for row in rows)  # the B/A ratio column
     data = json.loads((tmp_path / "r.json").read_text())
-    assert data["binaries"] == [binary, binary] and len(data["results"][binary]) == len(rows)
+    assert [v["binary"] for v in data["variants"]] == [binary, binary]
+    assert all(len(rounds) == 1 and len(rounds[0]) == len(rows) for rounds in data["rounds"])
     assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -54,7 +80,13 @@ def test_bench_suite_runs_both_suites(qemu_under_test: QemuUnderTest) -> None:
     if provision.qos_test_for(qemu_under_test.binary) is None:
         pytest.skip(f"no qos-test beside {qemu_under_test.binary} (a build of `python -m harness qemu build` has it)")
     rows = table_rows(run("bench", "suite", "--rounds", "1", "--qemu-binary", str(qemu_under_test.binary)))
-    assert [row[0] for row in rows] == ["qos-test (QEMU's C suite)", "ours, pytest", "ours, pytest -n 2"]
+    assert [row[0] for row in rows] == [
+        "qos-test (QEMU's C suite)",
+        "ours, pytest",
+        "ours, pytest -n 2",
+        "ours, pytest, qtest path",  # the self-test of QEMU's 27 cases on the qtest path
+        "ours, pytest -n 2, qtest path",
+    ]
     assert all(row[1] == "27" for row in rows)
     assert float(rows[0][4]) == 1.0 and float(rows[1][4]) > 0
 

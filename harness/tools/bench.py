@@ -1,13 +1,19 @@
 """Benchmarks: commands that print tables, never timed tests.
 
-``bench rtt``, ``bench readdir`` and ``bench io`` measure one or more QEMU binaries (``--qemu A
---qemu B``: both are printed, with B/A per row), write ``--json FILE`` and draw ``--plot FILE.png``
-(matplotlib, the ``plot`` extra). Server time is from the kick reaching QEMU to the poll that finds
-the used entry (one poll round trip of resolution); the rest of a request's time is the harness's.
+``bench rtt``, ``bench readdir`` and ``bench io`` measure variants: one or more QEMU binaries
+(``--qemu A --qemu B``) on one or both guest-memory paths (``--guest-memory shared|qtest|both``).
+Every variant is measured ``--rounds`` times, the variants interleaved round by round so that a
+machine's drift hits them alike; the table gives each variant's median, min and max and the ratio
+of medians to A. Each row also says where the time went: QEMU's CPU time over the row's wall time,
+against the harness's (from /proc), in percent of one core. ``--json FILE`` keeps every round,
+``--plot FILE.png`` draws the medians (matplotlib, the ``plot`` extra). Server time is from the
+kick reaching QEMU to the poll that finds the used entry; the rest of a request's time is the
+harness's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -20,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,16 +36,19 @@ from tabulate import tabulate
 from harness.errors import HarnessError, ProvisionError
 from harness.p9 import wire
 from harness.p9.channel import ChainLayout
+from harness.p9.load import keep_in_flight
 from harness.p9.messages import Rgetattr, Rreaddir, Tgetattr, Tread, Treaddir, Twrite
 from harness.p9.session import Pending, Session
 from harness.qemu import provision
-from harness.qemu.machine import FsConfig, LocalFs, MachineConfig, SynthFs
+from harness.qemu.machine import FsConfig, GuestMemoryMode, LocalFs, Machine, MachineConfig, SynthFs, cpu_seconds
 from harness.qemu.qemu_suite import QEMU_72_CASES, QOS_PREFIX, firmware_wrapper
 from harness.tools.connect import Connection, connect
 from harness.virtio.virtio_pci import Transport
 from harness.virtio.virtqueue import Buffer
 
 PROJECT = Path(__file__).resolve().parents[2]
+#: the load generator's rows of ``bench rtt``: requests kept in flight
+LOAD_DEPTHS = (1, 8, 32, 128)
 #: 128 requests in flight only fit the 128-entry ring as one indirect descriptor each
 INDIRECT = ChainLayout(indirect=True)
 
@@ -62,16 +71,57 @@ def stats(samples: Sequence[float]) -> tuple[float, float, float, float]:
     return ordered[0], statistics.median(ordered), statistics.fmean(ordered), p95
 
 
-def machine_config(binary: Path, fs: FsConfig, transport: Transport = "modern") -> MachineConfig:
+@dataclass(frozen=True)
+class Variant:
+    """What one column of a bench measures: a QEMU binary, on one guest-memory path."""
+
+    binary: Path
+    guest_memory: GuestMemoryMode = "shared"
+    #: its column: the same binary and path twice (an A/A run, to see the noise) are two variants
+    slot: int = 0
+
+    def label(self) -> str:
+        return f"{provision.probe_cached(self.binary).version} {self.guest_memory} ({self.binary})"
+
+
+def machine_config(variant: Variant, fs: FsConfig, transport: Transport = "modern") -> MachineConfig:
     """The benches' machines: 512 MiB of RAM for msize up to 4 MiB in flight. A synth bench on a
     binary without the synth test tree is refused here, by name, not by an Rlerror later."""
-    config, found = provision.usable_config(binary, fs, transport, ram_mib=512)
+    binary = variant.binary
+    config, found = provision.usable_config(binary, fs, transport, ram_mib=512, guest_memory=variant.guest_memory)
+    if config.guest_memory != variant.guest_memory:
+        raise ProvisionError(f"cannot measure guest memory {variant.guest_memory} on this host")
     if fs.kind == "synth" and not found.synth_tree:
         raise ProvisionError(f"{binary} has no qtest accelerator, so no synth test tree, which this bench reads")
     return config
 
 
 # -- rtt ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CpuSplit:
+    """QEMU's and the harness's CPU time over a stretch of wall time, in percent of one core."""
+
+    qemu: float = 0.0
+    harness: float = 0.0
+
+    def cells(self) -> tuple[int, int]:
+        return round(self.qemu), round(self.harness)
+
+
+@contextlib.contextmanager
+def cpu_split(machine: Machine) -> Iterator[CpuSplit]:
+    """``with cpu_split(machine) as cpu: work()``: then ``cpu.qemu``, ``cpu.harness``."""
+    split = CpuSplit()
+    qemu, harness, start = machine.cpu_seconds(), cpu_seconds(), time.perf_counter()
+    yield split
+    wall = time.perf_counter() - start
+    split.qemu = 100 * (machine.cpu_seconds() - qemu) / wall
+    split.harness = 100 * (cpu_seconds() - harness) / wall
+
+
+CPU_COLUMNS = ["QEMU CPU %", "harness CPU %"]
 
 
 def _rate(seconds: float, step: Callable[[], int]) -> tuple[int, float]:
@@ -116,9 +166,10 @@ class Window:
         self.pending = []
 
 
-def rtt_table(binary: Path, transport: Transport, seconds: float) -> Table:
-    table = Table("round trips", ["measurement"], ["ops", "ops/s", "µs/op", "socket writes/op"], compare="ops/s")
-    with connect(machine_config(binary, SynthFs(), transport)) as conn:
+def rtt_table(variant: Variant, transport: Transport, seconds: float) -> Table:
+    values = ["ops", "ops/s", "µs/op", "socket writes/op", *CPU_COLUMNS]
+    table = Table("round trips", ["measurement"], values, compare="ops/s")
+    with connect(machine_config(variant, SynthFs(), transport)) as conn:
         qt, session = conn.machine.qtest, conn.session
         status_addr = conn.driver.queue.layout.used + 2
 
@@ -140,11 +191,20 @@ def rtt_table(binary: Path, transport: Transport, seconds: float) -> Table:
         steps += [(f"9P Tgetattr, {k} in flight (indirect)", window.step) for k, window in windows.items()]
         for name, step in steps:
             before = qt.round_trips
-            count, rate = _rate(seconds, step)
+            with cpu_split(conn.machine) as cpu:
+                count, rate = _rate(seconds, step)
             per_op = (qt.round_trips - before) / count
-            table.rows.append((name, count, round(rate), round(1e6 / rate, 1), round(per_op, 2)))
+            table.rows.append((name, count, round(rate), round(1e6 / rate, 1), round(per_op, 2), *cpu.cells()))
         for window in windows.values():
             window.drain()
+        getattr_root = Tgetattr(fid=0, request_mask=wire.GETATTR_BASIC)
+        for k in LOAD_DEPTHS:  # the server's rate: the harness's per-request work cut to the ring
+            before = qt.round_trips
+            with cpu_split(conn.machine) as cpu:
+                count, rate = keep_in_flight(conn.channel, getattr_root, k, seconds)
+            per_op = (qt.round_trips - before) / count
+            name = f"load generator: Tgetattr, {k} in flight"
+            table.rows.append((name, count, round(rate), round(1e6 / rate, 1), round(per_op, 2), *cpu.cells()))
         session.clunk(0)
     return table
 
@@ -174,14 +234,17 @@ def _local_dir(root: Path, files: int) -> Path:
     return where
 
 
-def readdir_table(binary: Path, sizes: Sequence[int], msizes: Sequence[int], runs: int, counts: Sequence[int]) -> Table:
+def readdir_table(
+    variant: Variant, sizes: Sequence[int], msizes: Sequence[int], runs: int, counts: Sequence[int]
+) -> Table:
     table = Table(
         "Treaddir",
         ["backend", "files", "msize", "count"],
         ["Treaddir/listing", "server min ms", "server median ms", "server mean ms", "server p95 ms", "server max ms",
-         "client median ms", "harness median ms"],
+         "client median ms", "harness median ms", *CPU_COLUMNS],
         compare="server median ms",
     )  # fmt: skip
+    binary = variant.binary
     export = Path(tempfile.mkdtemp(prefix="v9p-bench-readdir-"))
     try:
         places: list[tuple[str, FsConfig, list[str], int]] = [("synth", SynthFs(), ["ReadDirDir"], 100)]
@@ -191,11 +254,11 @@ def readdir_table(binary: Path, sizes: Sequence[int], msizes: Sequence[int], run
         total = len(places) * sum(map(len, splits.values()))
         with progress(total=total, what=f"Treaddir rows on {binary.name}") as bar:
             for backend, fs, path, files in places:
-                with connect(machine_config(binary, fs), msize=None) as conn:
+                with connect(machine_config(variant, fs), msize=None) as conn:
                     for msize, count in ((m, c) for m in msizes for c in splits[m]):
-                        table.rows.append(
-                            (backend, files, msize, count, *_readdir_runs(conn, path, msize, count, runs))
-                        )
+                        with cpu_split(conn.machine) as cpu:
+                            measured = _readdir_runs(conn, path, msize, count, runs)
+                        table.rows.append((backend, files, msize, count, *measured, *cpu.cells()))
                         bar.update()
     finally:
         shutil.rmtree(export, ignore_errors=True)
@@ -257,21 +320,23 @@ class IoPath:
         return self.pattern[offset % PERIOD : offset % PERIOD + length]
 
 
-def io_table(binary: Path, size: int, msizes: Sequence[int], paths: Sequence[str] = ("resident",)) -> Table:
+def io_table(variant: Variant, size: int, msizes: Sequence[int], paths: Sequence[str] = ("resident",)) -> Table:
     table = Table(
         "Twrite then Tread of one file",
         ["data path", "msize"],
-        ["MiB", "write MB/s", "read MB/s", "wall s", "server s", "harness transfer s", "transfer share"],
+        ["MiB", "write MB/s", "read MB/s", "wall s", "server s", "harness transfer s", "transfer share", *CPU_COLUMNS],
         compare="read MB/s",
     )
     period = random.Random(9).randbytes(PERIOD)
     export = Path(tempfile.mkdtemp(prefix="v9p-bench-io-"))
     try:
-        with connect(machine_config(binary, LocalFs(export)), msize=None) as conn:
+        with connect(machine_config(variant, LocalFs(export)), msize=None) as conn:
             for path in paths:
                 io = IoPath(conn, period * 2, path == "resident")
                 for msize in msizes:
-                    table.rows.append((path, msize, *_io_run(io, export, size, msize)))
+                    with cpu_split(conn.machine) as cpu:
+                        measured = _io_run(io, export, size, msize)
+                    table.rows.append((path, msize, *measured, *cpu.cells()))
     finally:
         shutil.rmtree(export, ignore_errors=True)
     return table
@@ -288,7 +353,7 @@ def _io_run(io: IoPath, export: Path, size: int, msize: int) -> tuple[Any, ...]:
     sink = driver.allocator.alloc(chunk) if io.resident else 0
     try:
         if io.resident:  # set-up, outside the timed part: the file's bytes into guest memory once
-            driver.qtest.memwrite(source, io.pattern[: PERIOD + chunk])
+            driver.mem.memwrite(source, io.pattern[: PERIOD + chunk])
         offsets = [(offset, min(chunk, size - offset)) for offset in range(0, size, chunk)]
         transfer_before = channel.transfer_seconds
         start = time.perf_counter()
@@ -342,7 +407,7 @@ def _io_read(io: IoPath, fid: int, offset: int, length: int, sink: int) -> float
         (max(0, length - SAMPLE), min(SAMPLE, length)),
     ]
     started = time.perf_counter()
-    got = io.conn.machine.qtest.memread_many([(sink + at, n) for at, n in spans])
+    got = io.conn.driver.mem.memread_many([(sink + at, n) for at, n in spans])
     io.conn.channel.transfer_seconds += time.perf_counter() - started
     if got != [io.expected(offset + at, n) for at, n in spans]:
         raise HarnessError(f"Tread of {length} bytes at {offset}: bytes differ from those written")
@@ -360,40 +425,98 @@ def _check_file(io: IoPath, path: Path, size: int) -> None:
 # -- presenting ------------------------------------------------------------------------------------
 
 
-def present(tables: list[Table], binaries: list[Path], json_path: str | None, plot_path: str | None) -> None:
-    first = tables[0]
-    print(f"{first.title} — " + "; ".join(f"{chr(65 + i)} = {b}" for i, b in enumerate(binaries)))
-    if len(tables) == 1:
+def merged(rounds: list[Table]) -> Table:
+    """One table from several rounds of the same bench: each numeric cell the median of its rounds."""
+    first = rounds[0]
+    table = Table(first.title, first.keys, first.values, compare=first.compare)
+    for index, row in enumerate(first.rows):
+        cells = list(row)
+        for col in range(len(first.keys), len(row)):
+            samples = [t.rows[index][col] for t in rounds]
+            if all(isinstance(v, int | float) for v in samples):
+                middle = statistics.median(samples)
+                cells[col] = round(middle, 3) if isinstance(middle, float) else middle
+        table.rows.append(tuple(cells))
+    return table
+
+
+def _spread(rounds: list[Table], index: int) -> tuple[Any, Any, Any]:
+    """min, median and max over the rounds of row ``index``'s compared value."""
+    at = len(rounds[0].keys) + rounds[0].values.index(rounds[0].compare)
+    samples = [t.rows[index][at] for t in rounds]
+    return min(samples), statistics.median(samples), max(samples)
+
+
+def comparison(results: dict[Variant, list[Table]]) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Headers and rows: per variant the compared value's median, min and max and the CPU split,
+    then each variant's median over A's."""
+    variants = list(results)
+    first = results[variants[0]][0]
+    letters = [chr(65 + i) for i in range(len(variants))]
+    headers = list(first.keys)
+    for letter in letters:
+        headers += [f"{letter} {first.compare}", f"{letter} min", f"{letter} max"]
+        headers += [f"{letter} {column}" for column in CPU_COLUMNS if column in first.values]
+    headers += [f"{letter}/A" for letter in letters[1:]]
+    cpu_at = [len(first.keys) + first.values.index(c) for c in CPU_COLUMNS if c in first.values]
+    rows = []
+    for index, row in enumerate(first.rows):
+        cells: list[Any] = list(row[: len(first.keys)])
+        medians = []
+        for variant in variants:
+            low, middle, high = _spread(results[variant], index)
+            medians.append(middle)
+            whole = merged(results[variant]).rows[index]
+            cells += [middle, low, high, *(whole[at] for at in cpu_at)]
+        cells += [f"{m / medians[0]:.2f}" if medians[0] else "-" for m in medians[1:]]
+        rows.append(tuple(cells))
+    return headers, rows
+
+
+def present(results: dict[Variant, list[Table]], json_path: str | None, plot_path: str | None) -> None:
+    variants = list(results)
+    first = results[variants[0]][0]
+    rounds = len(results[variants[0]])
+    names = "; ".join(f"{chr(65 + i)} = {v.label()}" for i, v in enumerate(variants))
+    print(f"{first.title} — {names}; {rounds} round(s), interleaved; {os.cpu_count()} CPUs, {_load()}")
+    if len(variants) == 1 and rounds == 1:
         print(tabulate(first.rows, headers=[*first.keys, *first.values], tablefmt="github"))
+    elif len(variants) == 1:
+        table = merged(results[variants[0]])
+        spreads = [_spread(results[variants[0]], i) for i in range(len(table.rows))]
+        headers = [*first.keys, *(f"{v} (median)" for v in first.values)]
+        headers += [f"{first.compare} min", f"{first.compare} max"]
+        rows = [(*row, low, high) for row, (low, _, high) in zip(table.rows, spreads, strict=True)]
+        print(tabulate(rows, headers=headers, tablefmt="github"))
     else:
-        at = first.values.index(first.compare)
-        headers = [*first.keys, *(f"{chr(65 + i)} {first.compare}" for i in range(len(tables)))]
-        headers += [f"{chr(65 + i)}/A" for i in range(1, len(tables))]
-        rows = []
-        for index, row in enumerate(first.rows):
-            values = [t.rows[index][len(first.keys) + at] for t in tables]
-            ratios = [f"{v / values[0]:.2f}" if values[0] else "-" for v in values[1:]]
-            rows.append((*row[: len(first.keys)], *values, *ratios))
+        headers, rows = comparison(results)
         print(tabulate(rows, headers=headers, tablefmt="github"))
     if json_path:
         data = {
             "bench": first.title,
-            "binaries": [str(b) for b in binaries],
-            "qemu_versions": {str(b): provision.probe_cached(b).version for b in binaries},
+            "variants": [{"binary": str(v.binary), "guest_memory": v.guest_memory} for v in variants],
+            "qemu_versions": {str(v.binary): provision.probe_cached(v.binary).version for v in variants},
             "host": platform.node(),
             "cpus": os.cpu_count(),
+            "load": _load(),
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "columns": [*first.keys, *first.values],
-            "results": {str(b): [list(r) for r in t.rows] for b, t in zip(binaries, tables, strict=True)},
+            "rounds": [[[list(r) for r in t.rows] for t in results[v]] for v in variants],  # as "variants"
         }
         Path(json_path).write_text(json.dumps(data, indent=1) + "\n")
         print(f"wrote {json_path}")
     if plot_path:
-        plot(tables, binaries, Path(plot_path))
+        plot([merged(results[v]) for v in variants], variants, Path(plot_path))
         print(f"wrote {plot_path}")
 
 
-def plot(tables: list[Table], binaries: list[Path], path: Path) -> None:
+def _load() -> str:
+    """The machine's load when the bench ended: what else was running, roughly."""
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.2f} (1 min), {five:.2f} (5 min)"
+
+
+def plot(tables: list[Table], variants: list[Variant], path: Path) -> None:
     try:
         import matplotlib
 
@@ -406,14 +529,14 @@ def plot(tables: list[Table], binaries: list[Path], path: Path) -> None:
     columns = [*first.keys, *first.values]
     xi, yi = columns.index(x_col), columns.index(first.compare)
     figure, axes = plt.subplots(figsize=(7, 4))
-    for label, table in zip(binaries, tables, strict=True):
+    for variant, table in zip(variants, tables, strict=True):
         groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
         for row in table.rows:
             key = tuple(v for i, v in enumerate(row[: len(first.keys)]) if i != xi and columns[i] != "backend")
             groups.setdefault(key, []).append(row)
         for key, rows in groups.items():
             rows.sort(key=lambda r: r[xi])
-            name = f"{label.parent.name}" + (
+            name = f"{provision.probe_cached(variant.binary).version} {variant.guest_memory}" + (
                 f" {dict(zip([c for c in first.keys if c not in (x_col, 'backend')], key, strict=False))}"
                 if key
                 else ""
@@ -458,11 +581,14 @@ def bench_suite(explicit: str | None, rounds: int) -> int:
     # as `make conformance` runs it: bytecode cached outside the tree (see the Makefile)
     ours = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
     ours["PYTHONPYCACHEPREFIX"] = str(provision.cache_root() / "pycache")
+    qtest_path = ["--guest-memory", "qtest"]
     runners = {
         "qos-test (QEMU's C suite)": ([str(qos_test), "-m", "slow", *only],
                                       {**os.environ, "QTEST_QEMU_BINARY": str(wrapper)}),
         "ours, pytest": (pytest, ours),
         "ours, pytest -n 2": ([*pytest, "-n", "2"], ours),
+        "ours, pytest, qtest path": ([*pytest, *qtest_path], ours),
+        "ours, pytest -n 2, qtest path": ([*pytest, "-n", "2", *qtest_path], ours),
     }  # fmt: skip
     times: dict[str, list[float]] = {name: [] for name in runners}
     try:
@@ -493,4 +619,37 @@ def bench_suite(explicit: str | None, rounds: int) -> int:
     ]
     print(f"QEMU's 27 virtio-9p cases on {binary}, {rounds} rounds each, interleaved; whole-process wall time")
     print(tabulate(rows, headers=("runner", "cases", "min s", "median s", "median / qos-test"), tablefmt="github"))
+    return 0
+
+
+def bench_whole_suite(explicit: str | None, rounds: int, workers: int = 2) -> int:
+    """The whole conformance suite (``pytest cases/ -n 2``) on both guest-memory paths, same
+    binary, interleaved: wall time and outcome counts, which must agree."""
+    binary, _ = provision.find_qemu(explicit)
+    pytest = [sys.executable, "-m", "pytest", "cases/", "-q", "-p", "no:cacheprovider", "-n", str(workers)]
+    pytest += ["--qemu-binary", str(binary)]
+    ours = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    ours["PYTHONPYCACHEPREFIX"] = str(provision.cache_root() / "pycache")
+    times: dict[str, list[float]] = {"shared": [], "qtest": []}
+    outcomes: dict[str, str] = {}
+    for _ in range(rounds):
+        for mode in times:
+            seconds, output, status = _timed([*pytest, "--guest-memory", mode], ours)
+            summary = re.findall(r"^=* ?(\d+ passed.*?)(?: in [\d.]+s.*)?=*$", output, flags=re.MULTILINE)
+            if status != 0 or not summary:
+                raise HarnessError(f"whole suite, guest memory {mode}: exit {status}:\n{output[-3000:]}")
+            outcomes[mode] = summary[-1].strip()
+            times[mode].append(seconds)
+    passed = {mode: outcome.split(" passed")[0] for mode, outcome in outcomes.items()}
+    if passed["shared"] != passed["qtest"]:  # xfailed/xpassed may differ: races show when they will
+        raise HarnessError(f"the two paths disagree: shared {outcomes['shared']!r}, qtest {outcomes['qtest']!r}")
+    theirs = statistics.median(times["qtest"])
+    rows = [
+        (mode, outcomes[mode], f"{min(t):.1f}", f"{statistics.median(t):.1f}", f"{max(t):.1f}",
+         f"{statistics.median(t) / theirs:.2f}")
+        for mode, t in times.items()
+    ]  # fmt: skip
+    print(f"the whole suite, -n {workers}, on {binary}, {rounds} round(s) each, interleaved; {_load()}")
+    headers = ("guest memory", "outcome", "min s", "median s", "max s", "median / qtest path")
+    print(tabulate(rows, headers=headers, tablefmt="github"))
     return 0

@@ -49,7 +49,12 @@ def _add_bench(sub: Any) -> None:
     def common(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--qemu", action="append", help="a binary to measure (repeat to compare: B/A per row)")
         parser.add_argument("--qemu-binary", help="the same as one --qemu")
-        parser.add_argument("--json", help="write the results to this file")
+        parser.add_argument(
+            "--guest-memory", choices=("shared", "qtest", "both"), default="shared",
+            help="guest RAM shared with QEMU (default), through qtest, or both (compared, interleaved)",
+        )  # fmt: skip
+        parser.add_argument("--rounds", type=int, default=3, help="rounds per variant, interleaved (default 3)")
+        parser.add_argument("--json", help="write the results, every round, to this file")
         parser.add_argument("--plot", help="draw the results into this PNG (needs matplotlib)")
 
     rtt = bench_sub.add_parser("rtt", help="qtest and 9P round trips per second, 1/8/32/128 in flight")
@@ -81,7 +86,11 @@ def _add_bench(sub: Any) -> None:
     )
     suite = bench_sub.add_parser("suite", help="QEMU's 27 cases: our pytest run against QEMU's qos-test")
     suite.add_argument("--qemu-binary")
-    suite.add_argument("--rounds", type=int, default=5)
+    suite.add_argument("--rounds", type=int, help="rounds per runner, interleaved (default 5; with --whole 1)")
+    suite.add_argument(
+        "--whole", action="store_true",
+        help="instead: the whole suite with -n 2 on the shared and the qtest path (default 1 round)",
+    )  # fmt: skip
 
 
 def _add_malformed_report(sub: Any) -> None:
@@ -199,9 +208,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "bench" and args.bench in ("rtt", "readdir", "io"):
         return _bench(args)
     if args.command == "bench" and args.bench == "suite":
-        from harness.tools.bench import bench_suite
+        from harness.tools.bench import bench_suite, bench_whole_suite
 
-        return bench_suite(args.qemu_binary, args.rounds)
+        if args.whole:
+            return bench_whole_suite(args.qemu_binary, args.rounds or 1)
+        return bench_suite(args.qemu_binary, args.rounds or 5)
     if args.command == "repl":
         from harness.tools.repl import repl as run_repl
 
@@ -283,35 +294,43 @@ def _bench(args: argparse.Namespace) -> int:
 
     names = (args.qemu or []) + ([args.qemu_binary] if args.qemu_binary else [])
     binaries = [provision.find_qemu(name)[0] for name in names] or [provision.find_qemu()[0]]
-    tables, measured, failed = [], [], []
-    for binary in binaries:
-        try:
-            tables.append(_bench_one(args, binary))
-            measured.append(binary)
-        except HarnessError as err:  # one binary failing loses no other binary's results
-            failed.append(binary)
-            print(f"bench {args.bench} on {binary} failed: {err}", file=sys.stderr)
-    if tables:
-        bench.present(tables, measured, args.json, args.plot)
+    modes = ["shared", "qtest"] if args.guest_memory == "both" else [args.guest_memory]
+    pairs = [(binary, mode) for binary in binaries for mode in modes]
+    variants = [bench.Variant(binary, mode, slot) for slot, (binary, mode) in enumerate(pairs)]  # type: ignore[arg-type]
+    results: dict[bench.Variant, list[Any]] = {variant: [] for variant in variants}
+    failed: list[bench.Variant] = []
+    rounds = 1 if getattr(args, "quick", False) else max(1, args.rounds)
+    for _ in range(rounds):  # interleaved: round 1 of every variant, then round 2, ...
+        for variant in variants:
+            if variant in failed:
+                continue
+            try:
+                results[variant].append(_bench_one(args, variant))
+            except HarnessError as err:  # one variant failing loses no other variant's results
+                failed.append(variant)
+                print(f"bench {args.bench} on {variant.label()} failed: {err}", file=sys.stderr)
+    measured = {variant: tables for variant, tables in results.items() if variant not in failed}
+    if measured:
+        bench.present(measured, args.json, args.plot)
     if failed:
-        print(f"no results for {', '.join(map(str, failed))} (above: why)", file=sys.stderr)
+        print(f"no results for {', '.join(v.label() for v in failed)} (above: why)", file=sys.stderr)
         return 1
     return 0
 
 
-def _bench_one(args: argparse.Namespace, binary: Path) -> Any:
+def _bench_one(args: argparse.Namespace, variant: Any) -> Any:
     from harness.tools import bench
 
     if args.bench == "rtt":
-        return bench.rtt_table(binary, args.transport, args.seconds)
+        return bench.rtt_table(variant, args.transport, args.seconds)
     if args.bench == "readdir":
         sizes = args.files or ([20, 200] if args.quick else [2000, 10000, 100000])  # given sizes win
         msizes = args.msize or ([8192] if args.quick else [8192, 1 << 20])
         counts = args.count or [2048]
-        return bench.readdir_table(binary, sizes, msizes, 2 if args.quick else args.runs, counts)
+        return bench.readdir_table(variant, sizes, msizes, 2 if args.quick else args.runs, counts)
     msizes = args.msize or ([8192, 1 << 20] if args.quick else [8192, 128 << 10, 512 << 10, 1 << 20, 2 << 20, 4186112])
     paths = ["resident", "through qtest"] if args.through_qtest or args.quick else ["resident"]
-    return bench.io_table(binary, (2 if args.quick else args.size) << 20, msizes, paths)
+    return bench.io_table(variant, (2 if args.quick else args.size) << 20, msizes, paths)
 
 
 if __name__ == "__main__":
