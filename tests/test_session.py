@@ -29,7 +29,7 @@ from harness.p9.messages import (
 )
 from harness.p9.session import Session, State
 from harness.p9.wire import Qid
-from harness.virtio.guestmem import Region
+from harness.virtio.guestmem import Regions
 from harness.virtio.virtqueue import Buffer
 
 Answer = Callable[[int, wire.Message], bytes | None]
@@ -49,8 +49,8 @@ class FakeChannel:
         reply_capacity: int,
         layout: Any = None,
         *,
-        out_tail: Region | None = None,
-        in_tail: Region | None = None,
+        out_tail: Regions | None = None,
+        in_tail: Regions | None = None,
     ) -> Request:
         self.sent.append(frame)
         self._next += 1

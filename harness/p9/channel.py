@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from harness.errors import DeviceError, DeviceNeedsReset, LeakError
 from harness.virtio.driver import Driver
-from harness.virtio.guestmem import Region, align_up
+from harness.virtio.guestmem import Regions, align_up, pieces
 from harness.virtio.virtio_pci import STATUS_NEEDS_RESET
 from harness.virtio.virtqueue import Buffer, UsedElem
 
@@ -82,14 +82,14 @@ class ChainLayout:
 SIMPLE = ChainLayout()
 
 
-def with_tails(chain: list[Buffer], out_tail: Region | None, in_tail: Region | None) -> tuple[Buffer, ...]:
-    """``chain`` with a resident device-readable buffer after the frame's, and a resident
-    device-writable one after the reply buffer's."""
+def with_tails(chain: list[Buffer], out_tail: Regions | None, in_tail: Regions | None) -> tuple[Buffer, ...]:
+    """``chain`` with resident device-readable buffers after the frame's, and resident
+    device-writable ones after the reply buffer's, a descriptor each."""
     if out_tail is not None:
         first_in = next(pos for pos, buf in enumerate(chain) if buf.writable)
-        chain.insert(first_in, Buffer(out_tail.addr, out_tail.length))
+        chain[first_in:first_in] = [Buffer(r.addr, r.length) for r in pieces(out_tail)]
     if in_tail is not None:
-        chain.append(Buffer(in_tail.addr, in_tail.length, writable=True))
+        chain += [Buffer(r.addr, r.length, writable=True) for r in pieces(in_tail)]
     return tuple(chain)
 
 
@@ -170,8 +170,8 @@ class Channel:
         reply_capacity: int,
         layout: ChainLayout | None = None,
         *,
-        out_tail: Region | None = None,
-        in_tail: Region | None = None,
+        out_tail: Regions | None = None,
+        in_tail: Regions | None = None,
     ) -> Request:
         """Place ``frame`` and an empty reply buffer in guest memory, make the chain available and
         notify the device (inside :meth:`batch`: when the batch ends).
@@ -183,7 +183,7 @@ class Channel:
         if self.abandoned:
             raise DeviceError("this channel was abandoned with requests in flight")
         layout = layout or SIMPLE
-        tails = (out_tail is not None) + (in_tail is not None)
+        tails = sum(len(pieces(tail)) for tail in (out_tail, in_tail) if tail is not None)
         block, frame_at, table_at = self._place(len(frame), reply_capacity, layout, tails)
         chain = with_tails(layout.buffers(frame_at, len(frame), block, reply_capacity), out_tail, in_tail)
         started = time.perf_counter()
@@ -201,7 +201,7 @@ class Channel:
             self._publish()
         now = time.perf_counter()
         self.transfer_seconds += now - started  # the frame into guest memory, with the kick
-        tail = in_tail.length if in_tail is not None else 0
+        tail = sum(r.length for r in pieces(in_tail)) if in_tail is not None else 0
         request = Request(head, frame_at, block, reply_capacity, chain, now, tail)
         self._in_flight[head] = request
         return request

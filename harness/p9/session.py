@@ -71,7 +71,7 @@ from harness.p9.messages import (
 )
 from harness.p9.trace import BATCH_BEGIN, BATCH_END, Direction, Record, format_records
 from harness.p9.wire import Message, R, Stat, TMessage
-from harness.virtio.guestmem import Region
+from harness.virtio.guestmem import Regions, pieces
 
 log = logging.getLogger(__name__)
 hexlog = logging.getLogger(__name__ + ".hexdump")
@@ -111,8 +111,8 @@ class FrameChannel(Protocol):
         reply_capacity: int,
         layout: Any = ...,
         *,
-        out_tail: Region | None = ...,
-        in_tail: Region | None = ...,
+        out_tail: Regions | None = ...,
+        in_tail: Regions | None = ...,
     ) -> Any: ...
     def wait(self, handle: Any, timeout: float) -> Done | None: ...
     def completed(self, handle: Any) -> bool: ...
@@ -257,19 +257,22 @@ class Session:
             request = decoded if isinstance(decoded, TMessage) else None
         return self._submit(request, frame, reply_capacity, layout)
 
-    def send_resident(self, request: Twrite | Tread, /, region: Region) -> Pending[Any]:
+    def send_resident(self, request: Twrite | Tread, /, region: Regions, *, layout: Any = None) -> Pending[Any]:
         """A Twrite whose data is already in guest memory at ``region`` (give it ``data=b""``), or
-        a Tread of ``region.length`` bytes the server writes straight there: the payload never
-        crosses the qtest socket (``bench io``'s data path). The Tread's reply decodes as
-        ``Rread(data=b"")``; its used length says how much came."""
+        a Tread of ``region``'s length the server writes straight there: the payload never
+        crosses the qtest socket (``bench io``'s data path). Several regions are a payload in
+        pieces, a descriptor each (with ``layout`` indirect for more than the ring holds). The
+        Tread's reply decodes as ``Rread(data=b"")``; its used length says how much came."""
         tag = self._tag_for(request)
-        note = f"{request} with {region.length} bytes resident at {region.addr:#x}"
+        parts = pieces(region)
+        length = sum(part.length for part in parts)
+        note = f"{request} with {length} bytes resident at {parts[0].addr:#x} in {len(parts)} piece(s)"
         if isinstance(request, Twrite):
-            frame = wire.encode_head(request, tag, region.length)
-            return self._submit(request, frame, None, None, note, out_tail=region)
-        if request.count != region.length:
-            raise P9StateError(f"{request}: count must be the region's length, {region.length}")
-        return self._submit(request, wire.encode(request, tag), wire.RREAD_HEADER, None, note, in_tail=region)
+            frame = wire.encode_head(request, tag, length)
+            return self._submit(request, frame, None, layout, note, out_tail=region)
+        if request.count != length:
+            raise P9StateError(f"{request}: count must be the region's length, {length}")
+        return self._submit(request, wire.encode(request, tag), wire.RREAD_HEADER, layout, note, in_tail=region)
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
@@ -293,7 +296,7 @@ class Session:
         capacity: int | None,
         layout: Any,
         note: str = "",
-        **tails: Region,
+        **tails: Regions,
     ) -> Pending[R]:
         while self._before_next_send:
             self._before_next_send.pop(0)()

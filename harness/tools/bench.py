@@ -43,6 +43,7 @@ from harness.qemu import provision
 from harness.qemu.machine import FsConfig, GuestMemoryMode, LocalFs, Machine, MachineConfig, SynthFs, cpu_seconds
 from harness.qemu.qemu_suite import QEMU_72_CASES, QOS_PREFIX, firmware_wrapper
 from harness.tools.connect import Connection, connect
+from harness.virtio.guestmem import Regions
 from harness.virtio.virtio_pci import Transport
 from harness.virtio.virtqueue import Buffer
 
@@ -63,6 +64,8 @@ class Table:
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     #: the value column compared between binaries (B / A)
     compare: str = ""
+    #: value columns also shown per variant when variants are compared (their medians)
+    also: list[str] = field(default_factory=list)
 
 
 def stats(samples: Sequence[float]) -> tuple[float, float, float, float]:
@@ -99,26 +102,28 @@ def machine_config(variant: Variant, fs: FsConfig, transport: Transport = "moder
 # -- rtt ------------------------------------------------------------------------------------------
 
 
-@dataclass
 class CpuSplit:
-    """QEMU's and the harness's CPU time over a stretch of wall time, in percent of one core."""
+    """QEMU's and the harness's CPU time over the stretches of wall time measured with
+    :meth:`measuring` (several add up), in percent of one core."""
 
-    qemu: float = 0.0
-    harness: float = 0.0
+    def __init__(self, machine: Machine) -> None:
+        self.machine = machine
+        self.qemu = self.harness = self.wall = 0.0
+
+    @contextlib.contextmanager
+    def measuring(self) -> Iterator[None]:
+        qemu, harness, start = self.machine.cpu_seconds(), cpu_seconds(), time.perf_counter()
+        try:
+            yield
+        finally:
+            self.wall += time.perf_counter() - start
+            self.qemu += self.machine.cpu_seconds() - qemu
+            self.harness += cpu_seconds() - harness
 
     def cells(self) -> tuple[int, int]:
-        return round(self.qemu), round(self.harness)
-
-
-@contextlib.contextmanager
-def cpu_split(machine: Machine) -> Iterator[CpuSplit]:
-    """``with cpu_split(machine) as cpu: work()``: then ``cpu.qemu``, ``cpu.harness``."""
-    split = CpuSplit()
-    qemu, harness, start = machine.cpu_seconds(), cpu_seconds(), time.perf_counter()
-    yield split
-    wall = time.perf_counter() - start
-    split.qemu = 100 * (machine.cpu_seconds() - qemu) / wall
-    split.harness = 100 * (cpu_seconds() - harness) / wall
+        if not self.wall:
+            return 0, 0
+        return round(100 * self.qemu / self.wall), round(100 * self.harness / self.wall)
 
 
 CPU_COLUMNS = ["QEMU CPU %", "harness CPU %"]
@@ -191,7 +196,8 @@ def rtt_table(variant: Variant, transport: Transport, seconds: float) -> Table:
         steps += [(f"9P Tgetattr, {k} in flight (indirect)", window.step) for k, window in windows.items()]
         for name, step in steps:
             before = qt.round_trips
-            with cpu_split(conn.machine) as cpu:
+            cpu = CpuSplit(conn.machine)
+            with cpu.measuring():
                 count, rate = _rate(seconds, step)
             per_op = (qt.round_trips - before) / count
             table.rows.append((name, count, round(rate), round(1e6 / rate, 1), round(per_op, 2), *cpu.cells()))
@@ -200,7 +206,8 @@ def rtt_table(variant: Variant, transport: Transport, seconds: float) -> Table:
         getattr_root = Tgetattr(fid=0, request_mask=wire.GETATTR_BASIC)
         for k in LOAD_DEPTHS:  # the server's rate: the harness's per-request work cut to the ring
             before = qt.round_trips
-            with cpu_split(conn.machine) as cpu:
+            cpu = CpuSplit(conn.machine)
+            with cpu.measuring():
                 count, rate = keep_in_flight(conn.channel, getattr_root, k, seconds)
             per_op = (qt.round_trips - before) / count
             name = f"load generator: Tgetattr, {k} in flight"
@@ -256,7 +263,8 @@ def readdir_table(
             for backend, fs, path, files in places:
                 with connect(machine_config(variant, fs), msize=None) as conn:
                     for msize, count in ((m, c) for m in msizes for c in splits[m]):
-                        with cpu_split(conn.machine) as cpu:
+                        cpu = CpuSplit(conn.machine)
+                        with cpu.measuring():
                             measured = _readdir_runs(conn, path, msize, count, runs)
                         table.rows.append((backend, files, msize, count, *measured, *cpu.cells()))
                         bar.update()
@@ -306,37 +314,55 @@ PERIOD = (8 << 20) + 4093
 SAMPLE = 64
 
 
+#: ``bench io``'s data paths: resident payloads in one descriptor, resident payloads in 4 KiB
+#: pages (a descriptor each, in an indirect table: how Linux's client hands over its page cache),
+#: and payloads copied into and out of guest memory with every request, as the cases move them.
+IO_PATHS = ("resident", "resident, 4 KiB pages", "copied")
+PAGE = 4096
+PAGED = ChainLayout(indirect=True)
+
+
 @dataclass
 class IoPath:
-    """Where ``bench io``'s payloads live: ``resident`` in guest memory (written once, as a guest's
-    page cache holds them; only headers cross the qtest socket) or copied ``through qtest`` per
-    request, as the conformance cases move them."""
+    """Where ``bench io``'s payloads live (:data:`IO_PATHS`): ``resident`` in guest memory,
+    written once as a guest's page cache holds them, so only headers move per request (``paged``:
+    in 4 KiB descriptors), or copied per request."""
 
     conn: Connection
     pattern: bytes  # two periods, so any chunk at any offset is one slice
     resident: bool
+    paged: bool = False
 
     def expected(self, offset: int, length: int) -> bytes:
         return self.pattern[offset % PERIOD : offset % PERIOD + length]
 
+    def region(self, addr: int, length: int) -> Regions:
+        """The payload at ``addr``: one buffer, or its 4 KiB pages."""
+        if not self.paged:
+            return Buffer(addr, length)
+        return [Buffer(addr + at, min(PAGE, length - at)) for at in range(0, length, PAGE)]
 
-def io_table(variant: Variant, size: int, msizes: Sequence[int], paths: Sequence[str] = ("resident",)) -> Table:
+    @property
+    def layout(self) -> ChainLayout | None:
+        return PAGED if self.paged else None
+
+
+def io_table(variant: Variant, size: int, msizes: Sequence[int], paths: Sequence[str] = IO_PATHS[:2]) -> Table:
     table = Table(
         "Twrite then Tread of one file",
         ["data path", "msize"],
         ["MiB", "write MB/s", "read MB/s", "wall s", "server s", "harness transfer s", "transfer share", *CPU_COLUMNS],
         compare="read MB/s",
+        also=["write MB/s"],
     )
     period = random.Random(9).randbytes(PERIOD)
     export = Path(tempfile.mkdtemp(prefix="v9p-bench-io-"))
     try:
         with connect(machine_config(variant, LocalFs(export)), msize=None) as conn:
             for path in paths:
-                io = IoPath(conn, period * 2, path == "resident")
+                io = IoPath(conn, period * 2, path != "copied", paged="pages" in path)
                 for msize in msizes:
-                    with cpu_split(conn.machine) as cpu:
-                        measured = _io_run(io, export, size, msize)
-                    table.rows.append((path, msize, *measured, *cpu.cells()))
+                    table.rows.append((path, msize, *_io_run(io, export, size, msize)))
     finally:
         shutil.rmtree(export, ignore_errors=True)
     return table
@@ -349,6 +375,7 @@ def _io_run(io: IoPath, export: Path, size: int, msize: int) -> tuple[Any, ...]:
     chunk = msize - wire.IOHDRSZ
     fid = session.walk_fid(0, [])
     session.lcreate(fid, f"io-{msize}", os.O_RDWR | os.O_TRUNC, 0o600)
+    _lay_out(export / f"io-{msize}", size)
     source = driver.allocator.alloc(PERIOD + chunk) if io.resident else 0
     sink = driver.allocator.alloc(chunk) if io.resident else 0
     try:
@@ -356,12 +383,15 @@ def _io_run(io: IoPath, export: Path, size: int, msize: int) -> tuple[Any, ...]:
             driver.mem.memwrite(source, io.pattern[: PERIOD + chunk])
         offsets = [(offset, min(chunk, size - offset)) for offset in range(0, size, chunk)]
         transfer_before = channel.transfer_seconds
+        cpu = CpuSplit(io.conn.machine)  # over the timed writes and reads only
         start = time.perf_counter()
-        server = sum(_io_write(io, fid, offset, length, source) for offset, length in offsets)
+        with cpu.measuring():
+            server = sum(_io_write(io, fid, offset, length, source) for offset, length in offsets)
         wrote = time.perf_counter()
         _check_file(io, export / f"io-{msize}", size)  # not timed
         read_start = time.perf_counter()
-        server += sum(_io_read(io, fid, offset, length, sink) for offset, length in offsets)
+        with cpu.measuring():
+            server += sum(_io_read(io, fid, offset, length, sink) for offset, length in offsets)
         done = time.perf_counter()
         transfer = channel.transfer_seconds - transfer_before
     finally:
@@ -373,14 +403,14 @@ def _io_run(io: IoPath, export: Path, size: int, msize: int) -> tuple[Any, ...]:
     (export / f"io-{msize}").unlink()
     mb, wall = size / 1e6, (wrote - start) + (done - read_start)
     return (round(size / 2**20, 1), round(mb / (wrote - start), 1), round(mb / (done - read_start), 1),
-            round(wall, 3), round(server, 3), round(transfer, 3), f"{transfer / wall:.0%}")  # fmt: skip
+            round(wall, 3), round(server, 3), round(transfer, 3), f"{transfer / wall:.0%}", *cpu.cells())  # fmt: skip
 
 
 def _io_write(io: IoPath, fid: int, offset: int, length: int, source: int) -> float:
     session = io.conn.session
     if io.resident:
-        region = Buffer(source + offset % PERIOD, length)
-        pending = session.send_resident(Twrite(fid=fid, offset=offset, data=b""), region)
+        region = io.region(source + offset % PERIOD, length)
+        pending = session.send_resident(Twrite(fid=fid, offset=offset, data=b""), region, layout=io.layout)
     else:
         pending = session.send(Twrite(fid=fid, offset=offset, data=io.expected(offset, length)))
     written = pending.result().count
@@ -396,7 +426,8 @@ def _io_read(io: IoPath, fid: int, offset: int, length: int, sink: int) -> float
         if bytes(pending.result().data) != io.expected(offset, length):
             raise HarnessError(f"Tread of {length} bytes at {offset}: the bytes differ from those written")
         return pending.wait().server_seconds
-    pending = session.send_resident(Tread(fid=fid, offset=offset, count=length), Buffer(sink, length))
+    request = Tread(fid=fid, offset=offset, count=length)
+    pending = session.send_resident(request, io.region(sink, length), layout=io.layout)
     pending.result()
     returned = pending.wait().used_len - wire.RREAD_HEADER
     if returned != length:
@@ -414,6 +445,16 @@ def _io_read(io: IoPath, fid: int, offset: int, length: int, sink: int) -> float
     return pending.wait().server_seconds
 
 
+def _lay_out(path: Path, size: int) -> None:
+    """Write the file once on the host, untimed, as fio lays out its files: the timed Twrites then
+    overwrite pages the host's page cache already holds, and measure the server, not the host's
+    page allocation (which made a 4 MiB write 0.5-2.7 GB/s from run to run)."""
+    zeros = bytes(8 << 20)
+    with path.open("r+b") as file:
+        for offset in range(0, size, len(zeros)):
+            file.write(zeros[: min(len(zeros), size - offset)])
+
+
 def _check_file(io: IoPath, path: Path, size: int) -> None:
     """The host file holds what was written, byte for byte (not timed)."""
     with path.open("rb") as file:
@@ -428,7 +469,7 @@ def _check_file(io: IoPath, path: Path, size: int) -> None:
 def merged(rounds: list[Table]) -> Table:
     """One table from several rounds of the same bench: each numeric cell the median of its rounds."""
     first = rounds[0]
-    table = Table(first.title, first.keys, first.values, compare=first.compare)
+    table = Table(first.title, first.keys, first.values, compare=first.compare, also=first.also)
     for index, row in enumerate(first.rows):
         cells = list(row)
         for col in range(len(first.keys), len(row)):
@@ -454,11 +495,12 @@ def comparison(results: dict[Variant, list[Table]]) -> tuple[list[str], list[tup
     first = results[variants[0]][0]
     letters = [chr(65 + i) for i in range(len(variants))]
     headers = list(first.keys)
+    shown = [c for c in (*first.also, *CPU_COLUMNS) if c in first.values]
     for letter in letters:
         headers += [f"{letter} {first.compare}", f"{letter} min", f"{letter} max"]
-        headers += [f"{letter} {column}" for column in CPU_COLUMNS if column in first.values]
+        headers += [f"{letter} {column}" for column in shown]
     headers += [f"{letter}/A" for letter in letters[1:]]
-    cpu_at = [len(first.keys) + first.values.index(c) for c in CPU_COLUMNS if c in first.values]
+    cpu_at = [len(first.keys) + first.values.index(c) for c in shown]
     rows = []
     for index, row in enumerate(first.rows):
         cells: list[Any] = list(row[: len(first.keys)])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import mmap
+from collections.abc import Sequence
 from typing import Protocol
 
 from harness.errors import GuestMemoryError, LeakError
@@ -81,6 +82,16 @@ class Region(Protocol):
     def addr(self) -> int: ...
     @property
     def length(self) -> int: ...
+
+
+#: Resident guest memory a request points at: one region, or several (a payload in pages, as a
+#: guest kernel hands its page cache to the device: one descriptor each).
+Regions = Region | Sequence[Region]
+
+
+def pieces(regions: Regions) -> list[Region]:
+    """The regions of ``regions``, in order (a region may itself be a tuple: a Buffer is one)."""
+    return [regions] if hasattr(regions, "addr") else list(regions)  # type: ignore[list-item]
 
 
 def align_up(value: int, alignment: int) -> int:
