@@ -62,6 +62,9 @@ class FakeChannel:
     def completed(self, request: Request) -> bool:
         return False  # this fake completes a request only when it is waited for
 
+    def any_completed(self) -> bool:
+        return False
+
     def wait(self, request: Request, timeout: float) -> Completion | None:
         frame = self.sent[request.head - 1]
         reply = self.answer(wire.peek_header(frame)[2], wire.decode(frame))

@@ -263,6 +263,10 @@ class Channel:
         """Whether an earlier poll found ``request`` complete (its completion not yet taken)."""
         return request in self._done
 
+    def any_completed(self) -> bool:
+        """Whether an earlier poll found any request complete whose completion is not yet taken."""
+        return bool(self._done)
+
     def poll(self) -> list[Completion]:
         """Collect whatever has completed; returns and forgets every finished request."""
         self._poll(None)

@@ -116,6 +116,7 @@ class FrameChannel(Protocol):
     ) -> Any: ...
     def wait(self, handle: Any, timeout: float) -> Done | None: ...
     def completed(self, handle: Any) -> bool: ...
+    def any_completed(self) -> bool: ...
 
 
 class State(enum.Enum):
@@ -387,6 +388,8 @@ class Session:
         """Complete the requests nobody has waited for whose replies the channel already holds:
         their tags are free again and their fids counted, whatever order (or none) the caller
         waits in. A reply that breaks the protocol is kept for whoever waits for it."""
+        if not self.channel.any_completed():  # the common case: no scan of every tag per request
+            return
         for pending in [p for p in self._tags.values() if p._reply is None and p.done()]:
             try:
                 pending.wait(0)
