@@ -56,6 +56,12 @@ class FakeMemory:
         self.data = bytearray(size)
         self.writes = 0
 
+    def load16(self, addr: int) -> int:
+        return int.from_bytes(self.memread(addr, 2), "little")
+
+    def store16(self, addr: int, value: int) -> None:
+        self.memwrite(addr, value.to_bytes(2, "little"))
+
     def memread(self, addr: int, size: int) -> bytes:
         assert addr >= 0 and addr + size <= len(self.data), f"read {addr:#x}+{size} out of range"
         return bytes(self.data[addr : addr + size])

@@ -31,7 +31,11 @@ RTT_ROWS = [
     "qtest readw, 100 pipelined",
     "9P Tgetattr on the root, sequential",
     *(f"9P Tgetattr, {k} in flight (indirect)" for k in (1, 8, 32, 128)),
-    *(f"load generator: Tgetattr, {k} in flight" for k in (1, 8, 32, 128)),
+    *(
+        f"load generator: {kind}, {k} in flight"
+        for kind in ("Tgetattr", "Tstatfs", "Treaddir of 100 entries")
+        for k in (1, 8, 32, 128)
+    ),
 ]
 
 

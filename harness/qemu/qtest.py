@@ -365,6 +365,14 @@ class QTest:
     def _post_b64write(self, addr: int, data: bytes | bytearray | memoryview) -> None:
         self.post(f"b64write {addr:#x} {len(data):#x} {base64.b64encode(data).decode('ascii')}")
 
+    def load16(self, addr: int) -> int:
+        """A little-endian u16 of guest memory (one ``b64read``: QEMU copies it whole)."""
+        return int.from_bytes(self.memread(addr, 2), "little")
+
+    def store16(self, addr: int, value: int) -> None:
+        """Post a little-endian u16 write (as a ``b64write`` that may join the write before it)."""
+        self.memwrite(addr, value.to_bytes(2, "little"))
+
     def hexread(self, addr: int, size: int) -> bytes:
         """The slow hex ``read`` command, kept for comparison and for the protocol's sake."""
         if size == 0:

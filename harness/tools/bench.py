@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import itertools
 import json
 import os
 import platform
@@ -36,9 +37,11 @@ from tabulate import tabulate
 from harness.errors import HarnessError, ProvisionError
 from harness.p9 import wire
 from harness.p9.channel import ChainLayout
+from harness.p9.load import REPLY_CAPACITY as LOAD_REPLY
 from harness.p9.load import keep_in_flight
-from harness.p9.messages import Rgetattr, Rreaddir, Tgetattr, Tread, Treaddir, Twrite
+from harness.p9.messages import Rgetattr, Rreaddir, Tgetattr, Tread, Treaddir, Tstatfs, Twrite
 from harness.p9.session import Pending, Session
+from harness.p9.wire import TMessage
 from harness.qemu import provision
 from harness.qemu.machine import FsConfig, GuestMemoryMode, LocalFs, Machine, MachineConfig, SynthFs, cpu_seconds
 from harness.qemu.qemu_suite import QEMU_72_CASES, QOS_PREFIX, firmware_wrapper
@@ -203,15 +206,22 @@ def rtt_table(variant: Variant, transport: Transport, seconds: float) -> Table:
             table.rows.append((name, count, round(rate), round(1e6 / rate, 1), round(per_op, 2), *cpu.cells()))
         for window in windows.values():
             window.drain()
-        getattr_root = Tgetattr(fid=0, request_mask=wire.GETATTR_BASIC)
-        for k in LOAD_DEPTHS:  # the server's rate: the harness's per-request work cut to the ring
-            before = qt.round_trips
+        listing = session.walk_fid(0, ["ReadDirDir"])
+        session.lopen(listing, os.O_DIRECTORY)
+        kinds: list[tuple[str, TMessage[Any]]] = [
+            ("Tgetattr", Tgetattr(fid=0, request_mask=wire.GETATTR_BASIC)),
+            ("Tstatfs", Tstatfs(fid=0)),
+            ("Treaddir of 100 entries", Treaddir(fid=listing, offset=0, count=LOAD_REPLY - wire.RREADDIR_HEADER)),
+        ]
+        for (kind, request), k in itertools.product(kinds, LOAD_DEPTHS):  # the server's rate: per request
+            before = qt.round_trips  # the harness only puts an avail entry back on the ring
             cpu = CpuSplit(conn.machine)
             with cpu.measuring():
-                count, rate = keep_in_flight(conn.channel, getattr_root, k, seconds)
+                count, rate = keep_in_flight(conn.channel, request, k, seconds)
             per_op = (qt.round_trips - before) / count
-            name = f"load generator: Tgetattr, {k} in flight"
+            name = f"load generator: {kind}, {k} in flight"
             table.rows.append((name, count, round(rate), round(1e6 / rate, 1), round(per_op, 2), *cpu.cells()))
+        session.clunk(listing)
         session.clunk(0)
     return table
 

@@ -112,7 +112,7 @@ class Driver:
         default the queue's avail.idx); under VIRTIO_RING_F_EVENT_IDX only when the device's
         avail_event asks for it."""
         if self.features & F_RING_EVENT_IDX:
-            event = int.from_bytes(self.mem.memread(self.queue.avail_event_addr(), 2), "little")
+            event = self.mem.load16(self.queue.avail_event_addr())
             new = self.queue.avail_idx if new_avail is None else new_avail
             if not self.queue.need_event(event, new, old_avail):
                 self.suppressed_notifications += 1

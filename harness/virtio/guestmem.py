@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import mmap
+import struct
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -25,15 +26,26 @@ class GuestMemory(Protocol):
     """What the virtqueue needs from guest memory.  :class:`harness.qemu.qtest.QTest` is one.
 
     ``mapped``: a read is a memcpy (:class:`SharedRam`), so a poller may read one field at a
-    time; False where each read is a round trip and reads are best batched."""
+    time; False where each read is a round trip and reads are best batched. ``load16`` and
+    ``store16`` move a ring index (little-endian u16) whole, never a byte at a time."""
 
     mapped: bool
+
+    def load16(self, addr: int) -> int: ...
+
+    def store16(self, addr: int, value: int) -> None: ...
 
     def memread(self, addr: int, size: int) -> bytes: ...
 
     def memread_many(self, spans: list[tuple[int, int]]) -> list[bytes]: ...
 
     def memwrite(self, addr: int, data: bytes) -> None: ...
+
+
+#: Native order and size ("H", not "<H"): CPython then copies with one fixed-size memcpy, which the
+#: compiler makes a single 16-bit load or store; the standard-size formats go byte by byte. The
+#: host is little-endian like the guest (shared RAM is for x86-64 hosts).
+_NATIVE_U16 = struct.Struct("H")
 
 
 class SharedRam:
@@ -70,6 +82,20 @@ class SharedRam:
     def memwrite(self, addr: int, data: bytes) -> None:
         self._check(addr, len(data))
         self._map[addr : addr + len(data)] = data
+
+    def load16(self, addr: int) -> int:
+        """One aligned 16-bit load. A ring index must never tear: copied a byte at a time, an index
+        going from 0x00ff to 0x0100 can read as 0x01ff, which a driver takes for 256 new used
+        entries and a device for 256 new available ones (seen: the load generator's reap). A
+        native-order struct of fixed size is a single load, atomic when aligned on x86-64."""
+        self._check(addr, 2)
+        value: int = _NATIVE_U16.unpack_from(self._map, addr)[0]
+        return value
+
+    def store16(self, addr: int, value: int) -> None:
+        """One aligned 16-bit store (see :meth:`load16`)."""
+        self._check(addr, 2)
+        _NATIVE_U16.pack_into(self._map, addr, value)
 
     def close(self) -> None:
         self._map.close()

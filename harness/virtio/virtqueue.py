@@ -160,7 +160,7 @@ class SplitVirtqueue:
             self.mem.memwrite(self.layout.avail_slot(start), slots)
             done += run
         self.avail_idx = (old + len(heads)) & 0xFFFF
-        self.mem.memwrite(self.layout.avail + 2, _U16.pack(self.avail_idx))
+        self.mem.store16(self.layout.avail + 2, self.avail_idx)
         return old
 
     def _write_chain(self, table: int, ids: list[int], chain: Sequence[Buffer], loop: bool = False) -> None:
@@ -182,7 +182,7 @@ class SplitVirtqueue:
     def set_used_event(self, index: int) -> None:
         """Ask for an interrupt once ``used.idx`` passes ``index`` (VIRTIO_RING_F_EVENT_IDX: the
         avail ring's last field, used_event); posted."""
-        self.mem.memwrite(self.layout.avail_slot(0) + 2 * self.size, _U16.pack(index & 0xFFFF))
+        self.mem.store16(self.layout.avail_slot(0) + 2 * self.size, index & 0xFFFF)
 
     def avail_event_addr(self) -> int:
         """Where the device publishes avail_event (VIRTIO_RING_F_EVENT_IDX)."""
@@ -200,12 +200,16 @@ class SplitVirtqueue:
         ``used.idx``, so when the index shows a completion they already hold its data.
         """
         layout = self.layout
-        if self.mem.mapped and _U16.unpack(self.mem.memread(layout.used + 2, 2))[0] == self.last_used:
-            return [], []  # nothing new: one memcpy of two bytes, the common case of a spinning wait
-        idx_raw, first, *extra = self.mem.memread_many(
-            [(layout.used + 2, 2), (layout.used_elem(self.last_used), 8), *also_read]
-        )
-        used_idx = _U16.unpack(idx_raw)[0]
+        if self.mem.mapped:  # the index alone first (the common case of a spinning wait: nothing new)
+            used_idx = self.mem.load16(layout.used + 2)
+            if used_idx == self.last_used:
+                return [], []
+            first, *extra = self.mem.memread_many([(layout.used_elem(self.last_used), 8), *also_read])
+        else:
+            idx_raw, first, *extra = self.mem.memread_many(
+                [(layout.used + 2, 2), (layout.used_elem(self.last_used), 8), *also_read]
+            )
+            used_idx = _U16.unpack(idx_raw)[0]
         count = (used_idx - self.last_used) & 0xFFFF
         if count == 0:
             return [], extra
@@ -266,14 +270,14 @@ class Lease:
             self.mem.memwrite(self.layout.avail_slot(start), struct.pack(f"<{run}H", *heads[done : done + run]))
             done += run
         self.avail_idx = (old + len(heads)) & 0xFFFF
-        self.mem.memwrite(self.layout.avail + 2, _U16.pack(self.avail_idx))
+        self.mem.store16(self.layout.avail + 2, self.avail_idx)
         self.out += len(heads)
         return old
 
     def reap(self) -> list[UsedElem]:
         """The used entries since the last reap, in ring order."""
         used = self.layout.used
-        count = (_U16.unpack(self.mem.memread(used + 2, 2))[0] - self.last_used) & 0xFFFF
+        count = (self.mem.load16(used + 2) - self.last_used) & 0xFFFF
         if count == 0:
             return []
         if count > self.out:
