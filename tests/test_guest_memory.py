@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.devices import QemuUnderTest
-from harness.errors import GuestMemoryError
+from harness.errors import GuestMemoryError, HarnessMisuse
 from harness.p9.messages import Tgetattr
 from harness.qemu import machine
 from harness.qemu.machine import Machine, MachineConfig, SynthFs
@@ -117,3 +117,16 @@ def test_qemus_27_cases_on_the_qtest_path(qemu_under_test: QemuUnderTest) -> Non
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert re.search(rf"\b{len(QEMU_72_CASES)} passed\b", done.stdout), done.stdout[-2000:]
+
+
+def test_the_asked_path_reaches_every_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """$V9P_GUEST_MEMORY (what ``python -m harness --guest-memory`` sets) is every machine's default,
+    and the pytest option's default reads the same variable."""
+    monkeypatch.setenv(machine.GUEST_MEMORY_ENV, "qtest")
+    assert MachineConfig(binary=Path("/q")).guest_memory == "qtest"
+    monkeypatch.setenv(machine.GUEST_MEMORY_ENV, "shared")
+    assert MachineConfig(binary=Path("/q")).guest_memory == "shared"
+    monkeypatch.setenv(machine.GUEST_MEMORY_ENV, "both")
+    with pytest.raises(HarnessMisuse, match="shared or qtest"):
+        MachineConfig(binary=Path("/q"))
+    assert f'os.environ.get("{machine.GUEST_MEMORY_ENV}", "shared")' in (PROJECT / "fixtures/plugin.py").read_text()

@@ -73,6 +73,24 @@ def shared_ram_problem() -> str | None:
     return None
 
 
+#: The guest-memory path asked for when nobody says (``python -m harness --guest-memory`` sets it,
+#: and the pytest option's default reads it): "shared" or "qtest".
+GUEST_MEMORY_ENV = "V9P_GUEST_MEMORY"
+
+
+def wanted_guest_memory() -> GuestMemoryMode:
+    """$V9P_GUEST_MEMORY, or "shared"."""
+    wanted = os.environ.get(GUEST_MEMORY_ENV, "shared")
+    if wanted not in ("shared", "qtest"):
+        raise HarnessMisuse(f"${GUEST_MEMORY_ENV} is {wanted!r}: shared or qtest")
+    return wanted  # type: ignore[return-value]
+
+
+def default_guest_memory() -> GuestMemoryMode:
+    """The path a machine gets unless told: the one asked for, where this host can give it."""
+    return guest_memory(wanted_guest_memory())[0]
+
+
 def guest_memory(wanted: GuestMemoryMode) -> tuple[GuestMemoryMode, str]:
     """The guest-memory path to use when ``wanted`` is asked for, and a note when it is not the
     one asked for (shared RAM unavailable here: the qtest path, said once by the caller)."""
@@ -154,7 +172,7 @@ class MachineConfig:
     nofile: int | None = None
     #: "shared": guest RAM is a memfd the harness maps too (Machine.guest_ram); "qtest": every guest
     #: memory access goes over the qtest socket. Callers choose with :func:`guest_memory`.
-    guest_memory: GuestMemoryMode = "shared"
+    guest_memory: GuestMemoryMode = field(default_factory=default_guest_memory)
 
     def device_opts(self) -> list[tuple[str, str]]:
         opts = [("id", DEVICE_ID), ("fsdev", "fsdev0"), ("mount_tag", self.mount_tag), ("addr", self.pci_addr)]

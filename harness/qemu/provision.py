@@ -202,7 +202,7 @@ def usable_config(
     fs: FsConfig | None = None,
     transport: str = "modern",
     ram_mib: int = 128,
-    guest_memory: str = "shared",
+    guest_memory: str | None = None,
 ) -> tuple[MachineConfig, Probe]:
     """Probe ``binary`` (cached), refuse it if it cannot be tested, and configure a machine on it
     (with the qtest accelerator, or degraded ``-accel tcg -S``; guest RAM shared where the host
@@ -211,7 +211,7 @@ def usable_config(
 
     found = probe_cached(binary)
     found.require_usable()
-    mode, note = machine.guest_memory(guest_memory)  # type: ignore[arg-type]
+    mode, note = machine.guest_memory(guest_memory or machine.wanted_guest_memory())  # type: ignore[arg-type]
     if note:
         _say_once(note)
     config = machine.MachineConfig(

@@ -10,6 +10,7 @@ python -m harness bench rtt [--qemu-binary B]    qtest and 9P round trips per se
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,7 @@ def _add_bench(sub: Any) -> None:
         parser.add_argument("--qemu", action="append", help="a binary to measure (repeat to compare: B/A per row)")
         parser.add_argument("--qemu-binary", help="the same as one --qemu")
         parser.add_argument(
-            "--guest-memory", choices=("shared", "qtest", "both"), default="shared",
+            "--guest-memory", choices=("shared", "qtest", "both"),
             help="guest RAM shared with QEMU (default), through qtest, or both (compared, interleaved)",
         )  # fmt: skip
         parser.add_argument("--rounds", type=int, default=3, help="rounds per variant, interleaved (default 3)")
@@ -165,6 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
     """Every subcommand, one small function each (the tools themselves are imported when run:
     importing them all costs every ``python -m harness`` about a second)."""
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--guest-memory", dest="every_guest_memory", choices=("shared", "qtest"),
+        help="the guest-memory path of every QEMU this command starts, pytest runs included (default: shared, "
+        "or $V9P_GUEST_MEMORY); bench has its own, which can also compare both",
+    )  # fmt: skip
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (
         _add_qemu,
@@ -189,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     if hasattr(args, "selection"):
         args.selection = [*args.selection, *selection]
+    if args.every_guest_memory:  # read by every machine configuration, and inherited by pytest runs
+        from harness.qemu.machine import GUEST_MEMORY_ENV
+
+        os.environ[GUEST_MEMORY_ENV] = args.every_guest_memory
     try:
         return _dispatch(args)
     except HarnessError as err:
@@ -289,12 +299,13 @@ def _qemu(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from harness.qemu import provision
+    from harness.qemu import machine, provision
     from harness.tools import bench
 
     names = (args.qemu or []) + ([args.qemu_binary] if args.qemu_binary else [])
     binaries = [provision.find_qemu(name)[0] for name in names] or [provision.find_qemu()[0]]
-    modes = ["shared", "qtest"] if args.guest_memory == "both" else [args.guest_memory]
+    wanted = args.guest_memory or machine.wanted_guest_memory()  # the top-level --guest-memory set it
+    modes = ["shared", "qtest"] if wanted == "both" else [wanted]
     pairs = [(binary, mode) for binary in binaries for mode in modes]
     variants = [bench.Variant(binary, mode, slot) for slot, (binary, mode) in enumerate(pairs)]  # type: ignore[arg-type]
     results: dict[bench.Variant, list[Any]] = {variant: [] for variant in variants}
