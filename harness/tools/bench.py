@@ -87,7 +87,7 @@ class Variant:
     slot: int = 0
 
     def label(self) -> str:
-        return f"{provision.probe_cached(self.binary).version} {self.guest_memory} ({self.binary})"
+        return f"{provision.probe_cached(self.binary).version} {self.guest_memory} ({_home(self.binary)})"
 
 
 def machine_config(variant: Variant, fs: FsConfig, transport: Transport = "modern") -> MachineConfig:
@@ -525,33 +525,46 @@ def comparison(results: dict[Variant, list[Table]]) -> tuple[list[str], list[tup
     return headers, rows
 
 
-def present(results: dict[Variant, list[Table]], json_path: str | None, plot_path: str | None) -> None:
+def text(results: dict[Variant, list[Table]], labels: list[str], machine: str) -> str:
+    """What a bench prints: a line naming the variants (``labels``), the rounds and the machine,
+    then the table (one variant and round: its rows; one variant: medians with the compared
+    value's spread; several: :func:`comparison`)."""
     variants = list(results)
     first = results[variants[0]][0]
     rounds = len(results[variants[0]])
-    names = "; ".join(f"{chr(65 + i)} = {v.label()}" for i, v in enumerate(variants))
-    print(f"{first.title} — {names}; {rounds} round(s), interleaved; {os.cpu_count()} CPUs, {_load()}")
+    names = "; ".join(f"{chr(65 + i)} = {label}" for i, label in enumerate(labels))
+    title = f"{first.title} — {names}; {rounds} round(s), interleaved; {machine}"
     if len(variants) == 1 and rounds == 1:
-        print(tabulate(first.rows, headers=[*first.keys, *first.values], tablefmt="github"))
-    elif len(variants) == 1:
+        return title + "\n" + tabulate(first.rows, headers=[*first.keys, *first.values], tablefmt="github")
+    if len(variants) == 1:
         table = merged(results[variants[0]])
         spreads = [_spread(results[variants[0]], i) for i in range(len(table.rows))]
         headers = [*first.keys, *(f"{v} (median)" for v in first.values)]
         headers += [f"{first.compare} min", f"{first.compare} max"]
         rows = [(*row, low, high) for row, (low, _, high) in zip(table.rows, spreads, strict=True)]
-        print(tabulate(rows, headers=headers, tablefmt="github"))
-    else:
-        headers, rows = comparison(results)
-        print(tabulate(rows, headers=headers, tablefmt="github"))
+        return title + "\n" + tabulate(rows, headers=headers, tablefmt="github")
+    headers, rows = comparison(results)
+    return title + "\n" + tabulate(rows, headers=headers, tablefmt="github")
+
+
+def present(results: dict[Variant, list[Table]], json_path: str | None, plot_path: str | None) -> None:
+    variants = list(results)
+    first = results[variants[0]][0]
+    labels = [v.label() for v in variants]
+    machine = f"{os.cpu_count()} CPUs, {_load()}"
+    print(text(results, labels, machine))
     if json_path:
         data = {
             "bench": first.title,
             "variants": [{"binary": str(v.binary), "guest_memory": v.guest_memory} for v in variants],
+            "labels": labels,
             "qemu_versions": {str(v.binary): provision.probe_cached(v.binary).version for v in variants},
             "host": platform.node(),
             "cpus": os.cpu_count(),
             "load": _load(),
+            "machine": machine,
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "table": {"keys": first.keys, "values": first.values, "compare": first.compare, "also": first.also},
             "columns": [*first.keys, *first.values],
             "rounds": [[[list(r) for r in t.rows] for t in results[v]] for v in variants],  # as "variants"
         }
@@ -560,6 +573,22 @@ def present(results: dict[Variant, list[Table]], json_path: str | None, plot_pat
     if plot_path:
         plot([merged(results[v]) for v in variants], variants, Path(plot_path))
         print(f"wrote {plot_path}")
+
+
+def text_of_json(path: Path) -> str:
+    """What the bench printed when it wrote ``path`` (``--json``): the docs quote this, and a
+    self-test keeps them equal."""
+    data = json.loads(path.read_text())
+    shape = data["table"]
+    results = {
+        Variant(Path(v["binary"]), v["guest_memory"], slot): [
+            Table(data["bench"], shape["keys"], shape["values"], [tuple(r) for r in rows], shape["compare"],
+                  shape["also"])
+            for rows in rounds
+        ]
+        for slot, (v, rounds) in enumerate(zip(data["variants"], data["rounds"], strict=True))
+    }  # fmt: skip
+    return text(results, data["labels"], data["machine"])
 
 
 def _load() -> str:
@@ -619,7 +648,7 @@ def _passed(runner: str, output: str) -> int:
     return int(found.group(1)) if found else 0
 
 
-def bench_suite(explicit: str | None, rounds: int) -> int:
+def bench_suite(explicit: str | None, rounds: int, json_path: str | None = None) -> int:
     """QEMU 7.2's 27 cases (the ones every supported version has): our whole pytest process against
     QEMU's qos-test running just those, same binary, same run."""
     binary, _ = provision.find_qemu(explicit)
@@ -658,23 +687,39 @@ def bench_suite(explicit: str | None, rounds: int) -> int:
                 times[name].append(seconds)
     finally:
         shutil.rmtree(wrapper.parent, ignore_errors=True)
-    theirs = statistics.median(times["qos-test (QEMU's C suite)"])
-    rows = [
-        (
-            name,
-            len(QEMU_72_CASES),
-            f"{min(t):.3f}",
-            f"{statistics.median(t):.3f}",
-            f"{statistics.median(t) / theirs:.2f}",
-        )
-        for name, t in times.items()
-    ]
-    print(f"QEMU's 27 virtio-9p cases on {binary}, {rounds} rounds each, interleaved; whole-process wall time")
-    print(tabulate(rows, headers=("runner", "cases", "min s", "median s", "median / qos-test"), tablefmt="github"))
+    title = f"QEMU's 27 virtio-9p cases on {_home(binary)}, {rounds} rounds each, interleaved; whole-process wall time"
+    data = {"title": f"{title}; {_load()}", "baseline": "qos-test (QEMU's C suite)", "times": times,
+            "outcomes": {name: f"{len(QEMU_72_CASES)} passed" for name in times}}  # fmt: skip
+    return _suite_report(data, json_path)
+
+
+def _suite_report(data: dict[str, Any], json_path: str | None) -> int:
+    print(suite_text(data))
+    if json_path:
+        Path(json_path).write_text(json.dumps(data, indent=1) + "\n")
+        print(f"wrote {json_path}")
     return 0
 
 
-def bench_whole_suite(explicit: str | None, rounds: int, workers: int = 2) -> int:
+def suite_text(data: dict[str, Any]) -> str:
+    """``bench suite``'s table from its measurements (``--json`` keeps them: the docs quote this)."""
+    times: dict[str, list[float]] = data["times"]
+    theirs = statistics.median(times[data["baseline"]])
+    rows = [
+        (name, data["outcomes"][name], f"{min(t):.3f}", f"{statistics.median(t):.3f}", f"{max(t):.3f}",
+         f"{statistics.median(t) / theirs:.2f}")
+        for name, t in times.items()
+    ]  # fmt: skip
+    headers = ("runner", "outcome", "min s", "median s", "max s", f"median / {data['baseline']}")
+    return f"{data['title']}\n{tabulate(rows, headers=headers, tablefmt='github')}"
+
+
+def _home(path: Path) -> str:
+    """``path`` with the home directory as ``~``: the same on every machine's docs."""
+    return str(path).replace(str(Path.home()), "~", 1)
+
+
+def bench_whole_suite(explicit: str | None, rounds: int, json_path: str | None = None, workers: int = 2) -> int:
     """The whole conformance suite (``pytest cases/ -n 2``) on both guest-memory paths, same
     binary, interleaved: wall time and outcome counts, which must agree."""
     binary, _ = provision.find_qemu(explicit)
@@ -695,13 +740,6 @@ def bench_whole_suite(explicit: str | None, rounds: int, workers: int = 2) -> in
     passed = {mode: outcome.split(" passed")[0] for mode, outcome in outcomes.items()}
     if passed["shared"] != passed["qtest"]:  # xfailed/xpassed may differ: races show when they will
         raise HarnessError(f"the two paths disagree: shared {outcomes['shared']!r}, qtest {outcomes['qtest']!r}")
-    theirs = statistics.median(times["qtest"])
-    rows = [
-        (mode, outcomes[mode], f"{min(t):.1f}", f"{statistics.median(t):.1f}", f"{max(t):.1f}",
-         f"{statistics.median(t) / theirs:.2f}")
-        for mode, t in times.items()
-    ]  # fmt: skip
-    print(f"the whole suite, -n {workers}, on {binary}, {rounds} round(s) each, interleaved; {_load()}")
-    headers = ("guest memory", "outcome", "min s", "median s", "max s", "median / qtest path")
-    print(tabulate(rows, headers=headers, tablefmt="github"))
-    return 0
+    title = f"the whole suite, -n {workers}, on {_home(binary)}, {rounds} round(s) each, interleaved; {_load()}"
+    data = {"title": title, "baseline": "qtest", "times": times, "outcomes": outcomes}
+    return _suite_report(data, json_path)

@@ -88,6 +88,7 @@ def _add_bench(sub: Any) -> None:
     suite = bench_sub.add_parser("suite", help="QEMU's 27 cases: our pytest run against QEMU's qos-test")
     suite.add_argument("--qemu-binary")
     suite.add_argument("--rounds", type=int, help="rounds per runner, interleaved (default 5; with --whole 1)")
+    suite.add_argument("--json", help="write the measurements to this file")
     suite.add_argument(
         "--whole", action="store_true",
         help="instead: the whole suite with -n 2 on the shared and the qtest path (default 1 round)",
@@ -221,8 +222,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from harness.tools.bench import bench_suite, bench_whole_suite
 
         if args.whole:
-            return bench_whole_suite(args.qemu_binary, args.rounds or 1)
-        return bench_suite(args.qemu_binary, args.rounds or 5)
+            return bench_whole_suite(args.qemu_binary, args.rounds or 1, args.json)
+        return bench_suite(args.qemu_binary, args.rounds or 5, args.json)
     if args.command == "repl":
         from harness.tools.repl import repl as run_repl
 
