@@ -16,6 +16,7 @@ import pytest
 
 from fixtures.devices import QemuUnderTest
 from harness.errors import GuestMemoryError, HarnessMisuse
+from harness.p9.load import keep_in_flight
 from harness.p9.messages import Tgetattr
 from harness.qemu import machine
 from harness.qemu.machine import Machine, MachineConfig, SynthFs
@@ -130,3 +131,22 @@ def test_the_asked_path_reaches_every_machine(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(HarnessMisuse, match="shared or qtest"):
         MachineConfig(binary=Path("/q"))
     assert f'os.environ.get("{machine.GUEST_MEMORY_ENV}", "shared")' in (PROJECT / "fixtures/plugin.py").read_text()
+
+
+def test_ring_indices_move_whole(qemu_under_test: QemuUnderTest) -> None:
+    """load16/store16 of shared RAM agree with what qtest sees (little-endian), refuse what is out
+    of range, and the load generator's ring, where a torn avail.idx once made QEMU serve entries
+    never offered, runs every depth through index wrap-around without a stray completion."""
+    with connect(shared(qemu_under_test)) as conn:
+        ram = conn.driver.mem
+        assert isinstance(ram, SharedRam)
+        ram.store16(0x200000, 0x1234)
+        assert conn.machine.qtest.memread(0x200000, 2) == b"\x34\x12" and ram.load16(0x200000) == 0x1234
+        with pytest.raises(GuestMemoryError, match="outside"):
+            ram.load16(ram.size - 1)
+        request = Tgetattr(fid=0, request_mask=0x7FF)
+        queue = conn.driver.queue
+        for depth in (1, 8, 32, 8, 1, 128):  # tens of thousands of requests: used.idx wraps 65,535
+            done, _ = keep_in_flight(conn.channel, request, depth, 0.25)
+            assert done >= depth and queue.avail_idx == queue.last_used
+        conn.session.clunk(0)
