@@ -3,6 +3,7 @@ and numbers that come from the code."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 
 from fixtures.devices import QemuUnderTest
 from harness.qemu import qemu_suite
-from harness.tools import cli
+from harness.tools import bench, cli
 from tests.subrun import PROJECT
 
 README = PROJECT / "README.md"
@@ -100,3 +101,18 @@ def test_the_pjdfstest_count_is_the_cases() -> None:
     tree = cache_root() / tarball.name.removesuffix(".tar.gz") if tarball else None
     if tree is not None and (tree / "pjdfstest").is_file():
         assert [f"{name.removesuffix('.t')}" for name in pjdfstest.test_files(tree)] == PJDFSTEST_FILES
+
+
+def _bench_records() -> list[Path]:
+    """The bench outputs docs/speed.md quotes: ``--json`` files that keep what the bench printed
+    (older hand-quoted JSONs, of the runs before the benches kept it, are not among them)."""
+    found = sorted((PROJECT / "docs").glob("bench-*.json"))
+    return [path for path in found if {"labels", "times"} & set(json.loads(path.read_text()))]
+
+
+@pytest.mark.parametrize("record", _bench_records(), ids=lambda path: path.name)
+def test_the_bench_figures_in_the_docs_are_the_benches_output(record: Path) -> None:
+    """Each table of figures is the bench's own output, printed again from its ``--json``."""
+    data = json.loads(record.read_text())
+    text = bench.text_of_json(record) if "labels" in data else bench.suite_text(data)
+    assert text in (PROJECT / "docs" / "speed.md").read_text(), f"docs/speed.md: paste {record.name}'s table"
