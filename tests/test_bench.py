@@ -4,9 +4,12 @@ Benchmarks are commands, never timed tests: nothing here asserts a speed."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -125,3 +128,39 @@ def test_several_values_per_flag_and_a_json_that_names_the_qemu(tmp_path: Path, 
     data = json.loads(out.read_text())
     assert data["qemu_versions"] == {str(qemu_under_test.binary): qemu_under_test.probe.version}
     assert data["host"] and data["date"].startswith("20") and data["cpus"] >= 1
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_a_bench_stopped_leaves_nothing(tmp_path: Path, qemu_under_test: QemuUnderTest, signum: int) -> None:
+    """Ctrl-C or SIGTERM in the middle of a bench: exit 130, its QEMU gone, its directory removed."""
+    bench_run = subprocess.Popen(
+        [sys.executable, "-m", "harness", "bench", "rtt", "--seconds", "5", "--rounds", "1",
+         "--qemu-binary", str(qemu_under_test.binary)],
+        cwd=PROJECT, env={**os.environ, "TMPDIR": str(tmp_path)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not list(tmp_path.glob("v9p-qemu-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.glob("v9p-qemu-*")), "the bench never started its QEMU"
+    time.sleep(0.5)
+    qemus = qemus_in(tmp_path)
+    assert qemus, "no QEMU runs in the bench's directory"
+    bench_run.send_signal(signum)
+    _, err = bench_run.communicate(timeout=30)
+    assert bench_run.returncode == 130, err
+    assert list(tmp_path.glob("v9p-qemu-*")) == [], err
+    assert all(not Path(f"/proc/{pid}").exists() for pid in qemus)
+
+
+def qemus_in(directory: Path) -> list[int]:
+    """The processes whose working directory is under ``directory`` (a machine's QEMU runs in its own)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.readlink(entry / "cwd").startswith(str(directory)):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found

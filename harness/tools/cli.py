@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -196,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     if hasattr(args, "selection"):
         args.selection = [*args.selection, *selection]
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: every QEMU stopped, its directory removed
+        signal.signal(signum, _interrupt)
     if args.every_guest_memory:  # read by every machine configuration, and inherited by pytest runs
         from harness.qemu.machine import GUEST_MEMORY_ENV
 
@@ -205,6 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as stop:
+        print(f"interrupted ({stop or 'SIGINT'}): stopped, nothing left behind", file=sys.stderr)
+        return 130
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
