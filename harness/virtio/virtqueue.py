@@ -36,6 +36,24 @@ def ring_runs(first: int, count: int, size: int) -> list[tuple[int, int]]:
     return [(start, head)] + ([(0, count - head)] if count > head else [])
 
 
+def make_available(mem: GuestMemory, layout: RingLayout, old: int, heads: Sequence[int]) -> int:
+    """Put ``heads`` in the avail ring from index ``old`` on, then move ``avail.idx`` past them
+    (the order virtio 1.x 2.7.13 asks for); returns the new index."""
+    done = 0
+    for start, run in ring_runs(old, len(heads), layout.size):
+        mem.memwrite(layout.avail_slot(start), struct.pack(f"<{run}H", *heads[done : done + run]))
+        done += run
+    new = (old + len(heads)) & 0xFFFF
+    mem.store16(layout.avail + 2, new)
+    return new
+
+
+def used_entries(mem: GuestMemory, layout: RingLayout, first: int, count: int) -> bytes:
+    """The raw used-ring entries ``first .. first + count - 1``, read in one or two spans."""
+    runs = ring_runs(first, count, layout.size)
+    return b"".join(mem.memread_many([(layout.used_elem(slot), 8 * n) for slot, n in runs]))
+
+
 class Buffer(NamedTuple):
     """One guest buffer of a chain; ``writable`` buffers are for the device to fill.
 
@@ -154,13 +172,7 @@ class SplitVirtqueue:
         if not heads:
             return old
         self._unpublished = []
-        done = 0
-        for start, run in ring_runs(old, len(heads), self.size):
-            slots = struct.pack(f"<{run}H", *heads[done : done + run])
-            self.mem.memwrite(self.layout.avail_slot(start), slots)
-            done += run
-        self.avail_idx = (old + len(heads)) & 0xFFFF
-        self.mem.store16(self.layout.avail + 2, self.avail_idx)
+        self.avail_idx = make_available(self.mem, self.layout, old, heads)
         return old
 
     def _write_chain(self, table: int, ids: list[int], chain: Sequence[Buffer], loop: bool = False) -> None:
@@ -219,8 +231,7 @@ class SplitVirtqueue:
             )
         raws = first
         if count > 1:  # the other new entries, in one or two spans of the ring
-            runs = ring_runs(self.last_used + 1, count - 1, self.size)
-            raws += b"".join(self.mem.memread_many([(layout.used_elem(slot), 8 * n) for slot, n in runs]))
+            raws += used_entries(self.mem, layout, self.last_used + 1, count - 1)
         elems = [self._retire(*elem) for elem in _USED_ELEM.iter_unpack(raws)]
         self.last_used = used_idx
         return elems, extra
@@ -265,12 +276,8 @@ class Lease:
 
     def offer(self, heads: Sequence[int]) -> int:
         """Make ``heads`` available (entries, then ``avail.idx``); returns the index before, for a kick."""
-        old, done = self.avail_idx, 0
-        for start, run in ring_runs(old, len(heads), self.queue.size):
-            self.mem.memwrite(self.layout.avail_slot(start), struct.pack(f"<{run}H", *heads[done : done + run]))
-            done += run
-        self.avail_idx = (old + len(heads)) & 0xFFFF
-        self.mem.store16(self.layout.avail + 2, self.avail_idx)
+        old = self.avail_idx
+        self.avail_idx = make_available(self.mem, self.layout, old, heads)
         self.out += len(heads)
         return old
 
@@ -282,8 +289,7 @@ class Lease:
             return []
         if count > self.out:
             raise DeviceError(f"queue {self.queue.index}: used.idx moved by {count} with {self.out} chains out")
-        runs = ring_runs(self.last_used, count, self.queue.size)
-        raw = b"".join(self.mem.memread_many([(self.layout.used_elem(slot), 8 * n) for slot, n in runs]))
+        raw = used_entries(self.mem, self.layout, self.last_used, count)
         self.last_used = (self.last_used + count) & 0xFFFF
         self.out -= count
         return [UsedElem(*elem) for elem in _USED_ELEM.iter_unpack(raw)]
