@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -107,6 +108,19 @@ def test_unparsable_number(qt: QTest) -> None:
 def test_no_reply_times_out(qt: QTest) -> None:
     with pytest.raises(QTestTimeout):
         qt.query("silence")
+
+
+def test_a_bounded_wait_ends_by_its_own_deadline(peer: FakeQTestPeer) -> None:
+    """timeout_at_most() shortens the wait of a long-timeout connection, and only within it."""
+    qt = QTest(peer.ours, timeout=30.0)
+    with qt.timeout_at_most(0.2):
+        started = time.monotonic()
+        with pytest.raises(QTestTimeout, match=r"within 0\.2 s"):
+            qt.query("silence")
+        assert time.monotonic() - started < 5.0
+    assert qt.timeout == 30.0
+    with qt.timeout_at_most(60.0):  # never longer than the connection's own
+        assert qt.timeout == 30.0
 
 
 def test_closed_peer_is_reported(qt: QTest, peer: FakeQTestPeer) -> None:

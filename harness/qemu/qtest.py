@@ -14,11 +14,12 @@ from __future__ import annotations
 import base64
 import binascii
 import collections
+import contextlib
 import logging
 import socket
 import struct
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NoReturn
 
 from harness.errors import QTestDisconnected, QTestError, QTestFail, QTestProtocolError, QTestTimeout
@@ -94,6 +95,18 @@ class QTest:
         self._sock.setsockopt(
             socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", seconds, int((timeout - seconds) * 1e6))
         )
+
+    @contextlib.contextmanager
+    def timeout_at_most(self, seconds: float) -> Iterator[None]:
+        """Within the block, wait no longer than ``seconds`` for a reply (never longer than
+        :attr:`timeout`): a caller with its own deadline is not held past it by a wedged QEMU."""
+        kept = self.timeout
+        self.set_timeout(max(0.001, min(kept, seconds)))
+        try:
+            yield
+        finally:
+            if self._sock.fileno() >= 0:  # a lost connection is already closed
+                self.set_timeout(kept)
 
     def close(self) -> None:
         self._posted.clear()
