@@ -1,5 +1,6 @@
 """Every known bug fixed between 7.2.22 and 10.0.13 can be bisected from its reproducer: recorded on
-7.2.22, ``replay --find-fix`` says "still broken" there (0) and "the fix is here" on 10.0.13 (1)."""
+7.2.22, ``replay --find-fix`` says "still broken" there (0) and "the fix is here" on 10.0.13 (1).
+A bug seen in some runs only (``qemu_bug(race=True)``) may go unseen by one replay on 7.2.22."""
 
 from __future__ import annotations
 
@@ -29,14 +30,24 @@ def _selection(case: str) -> str:
     return "(" + " and ".join(pieces) + ")"
 
 
+def name_of(case: str) -> str:
+    """A known bug's case as it shows in its reproducer's directory name."""
+    return re.sub(r"[^\w.-]", "_", case.split("*")[0].strip("/"))
+
+
 def test_each_fix_since_72_is_found_by_replay_find_fix(tmp_path: Path) -> None:
     old, new = provision.cached_build(origin="bookworm"), provision.cached_build(origin="trixie")
     if old is None or new is None:
         pytest.skip("needs the 7.2.22 and 10.0.13 builds in the cache (python -m harness qemu build bookworm|trixie)")
-    fixed = [
-        bug.case for bug in known_bugs.known_bugs()
+    bugs = [
+        bug for bug in known_bugs.known_bugs()
         if bug.present_in(OLD) and not bug.present_in(NEW) and bug.case.split("/")[1] not in NOT_REPLAYABLE
     ]  # fmt: skip
+    fixed = [bug.case for bug in bugs]
+    #: bugs seen in some runs only (deep_absolute_path's heap over-read on 7.2.22: ENOENT in 3 fresh
+    #: QEMUs of 10): on OLD one replay may or may not meet it, so there only a verdict is asked for;
+    #: on NEW, with the fix, it must say "the fix is here" every time
+    sometimes = [name_of(bug.case) for bug in bugs if bug.race]
     assert fixed, "no known bug is fixed between 7.2.22 and 10.0.13: this test checks nothing"
     selection = " or ".join(map(_selection, fixed))
     recorded = subprocess.run(
@@ -46,9 +57,9 @@ def test_each_fix_since_72_is_found_by_replay_find_fix(tmp_path: Path) -> None:
     ).stdout  # fmt: skip
     assert re.search(r"\d+ xfailed", recorded) and not re.search(r"\d+ failed", recorded), recorded[-3000:]
     reproducers = sorted(tmp_path.glob("*/reproducer.9p"))
-    for case in fixed:  # every bug has at least one reproducer
-        name = re.sub(r"[^\w.-]", "_", case.split("*")[0].strip("/"))
-        assert any(name in str(path) for path in reproducers), (case, reproducers)
+    for case in fixed:  # every bug has at least one reproducer (one seen in some runs only: if it was)
+        name = name_of(case)
+        assert any(name in str(path) for path in reproducers) or name in sometimes, (case, reproducers)
 
     def verdict(path: Path, binary: Path) -> tuple[int, str]:
         done = subprocess.run(
@@ -61,5 +72,7 @@ def test_each_fix_since_72_is_found_by_replay_find_fix(tmp_path: Path) -> None:
         runs = {(path, binary): pool.submit(verdict, path, binary) for path in reproducers for binary in (old, new)}
     for (path, binary), future in runs.items():
         status, said = future.result()
-        wanted = 0 if binary == old else 1
-        assert status == wanted, (path.parent.name, str(binary), said)
+        wanted = {0} if binary == old else {1}
+        if binary == old and any(name in path.parent.name for name in sometimes):
+            wanted = {0, 1}
+        assert status in wanted, (path.parent.name, str(binary), said)

@@ -129,7 +129,7 @@ def table(bugs: list[KnownBug]) -> str:
               for v in versions.KNOWN),
             (f"since {', '.join(bug.introduced_in)}; " if bug.introduced_in else "")
             + (", ".join(bug.fixed_in) or "no fix known")
-            + (" (a race: seen in some runs)" if bug.race else ""),
+            + (" (seen in some runs only)" if bug.race else ""),
         ]
         for number, bug in enumerate(bugs, start=1)
     ]  # fmt: skip
