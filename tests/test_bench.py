@@ -164,3 +164,20 @@ def qemus_in(directory: Path) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def test_multidevs_is_compared_as_variants(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """``--multidevs warn --multidevs remap``: one binary against itself with each option on its
+    local exports, interleaved; the labels and the JSON name the option, and the JSON prints the
+    table again."""
+    out = tmp_path / "bench.json"
+    printed = run("bench", "readdir", "--quick", "--files", "30", "--multidevs", "warn", "--multidevs", "remap",
+                  "--json", str(out), "--qemu-binary", str(qemu_under_test.binary))  # fmt: skip
+    data = json.loads(out.read_text())
+    assert [v["multidevs"] for v in data["variants"]] == ["warn", "remap"]
+    assert ["multidevs=warn" in label for label in data["labels"]] == [True, False]
+    assert ["multidevs=remap" in label for label in data["labels"]] == [False, True]
+    assert bench.text_of_json(out) in printed
+    variant = bench.Variant(qemu_under_test.binary, multidevs="warn")
+    assert ("multidevs", "warn") in variant.local(tmp_path).fsdev("fsdev0")
+    assert not any(key == "multidevs" for key, _ in bench.Variant(qemu_under_test.binary).local(tmp_path).fsdev("f"))

@@ -116,13 +116,17 @@ class SynthFs:
         return [("id", fsdev_id), *self.extra]
 
 
+#: the local backend's ways with an export spanning several host devices (fsdev multidevs=)
+Multidevs = Literal["warn", "remap", "forbid"]
+
+
 @dataclass(frozen=True)
 class LocalFs:
     """The passthrough-to-host backend, exporting ``path``."""
 
     path: Path
     security_model: SecurityModel = "mapped-xattr"
-    multidevs: Literal["warn", "remap", "forbid"] | None = None
+    multidevs: Multidevs | None = None
     readonly: bool = False
     extra: tuple[tuple[str, str], ...] = ()
 

@@ -43,7 +43,16 @@ from harness.p9.messages import Rgetattr, Rreaddir, Tgetattr, Tread, Treaddir, T
 from harness.p9.session import Pending, Session
 from harness.p9.wire import TMessage
 from harness.qemu import provision
-from harness.qemu.machine import FsConfig, GuestMemoryMode, LocalFs, Machine, MachineConfig, SynthFs, cpu_seconds
+from harness.qemu.machine import (
+    FsConfig,
+    GuestMemoryMode,
+    LocalFs,
+    Machine,
+    MachineConfig,
+    Multidevs,
+    SynthFs,
+    cpu_seconds,
+)
 from harness.qemu.qemu_suite import QEMU_72_CASES, QOS_PREFIX, firmware_wrapper
 from harness.tools.connect import Connection, connect
 from harness.virtio.guestmem import Regions
@@ -79,15 +88,24 @@ def stats(samples: Sequence[float]) -> tuple[float, float, float, float]:
 
 @dataclass(frozen=True)
 class Variant:
-    """What one column of a bench measures: a QEMU binary, on one guest-memory path."""
+    """What one column of a bench measures: a QEMU binary, on one guest-memory path, with one
+    ``multidevs`` for its local exports."""
 
     binary: Path
     guest_memory: GuestMemoryMode = "shared"
     #: its column: the same binary and path twice (an A/A run, to see the noise) are two variants
     slot: int = 0
+    #: the local backend's multidevs option; None leaves it to the binary's default (remap since
+    #: 10.0.0, warn before), an A/B of one binary against itself names both
+    multidevs: Multidevs | None = None
 
     def label(self) -> str:
-        return f"{provision.probe_cached(self.binary).version} {self.guest_memory} ({_home(self.binary)})"
+        option = f", multidevs={self.multidevs}" if self.multidevs else ""
+        return f"{provision.probe_cached(self.binary).version} {self.guest_memory}{option} ({_home(self.binary)})"
+
+    def local(self, export: Path) -> LocalFs:
+        """The local backend this variant exports ``export`` with."""
+        return LocalFs(export, multidevs=self.multidevs)
 
 
 def machine_config(variant: Variant, fs: FsConfig, transport: Transport = "modern") -> MachineConfig:
@@ -265,7 +283,7 @@ def readdir_table(
     export = Path(tempfile.mkdtemp(prefix="v9p-bench-readdir-"))
     try:
         places: list[tuple[str, FsConfig, list[str], int]] = [("synth", SynthFs(), ["ReadDirDir"], 100)]
-        places += [("local", LocalFs(export), [_local_dir(export, n).name], n) for n in sizes]
+        places += [("local", variant.local(export), [_local_dir(export, n).name], n) for n in sizes]
         # per msize: the whole listing (count = msize - 11), then the split counts below it
         splits = {m: [m - wire.RREADDIR_HEADER, *(c for c in counts if c < m - wire.RREADDIR_HEADER)] for m in msizes}
         total = len(places) * sum(map(len, splits.values()))
@@ -368,7 +386,7 @@ def io_table(variant: Variant, size: int, msizes: Sequence[int], paths: Sequence
     period = random.Random(9).randbytes(PERIOD)
     export = Path(tempfile.mkdtemp(prefix="v9p-bench-io-"))
     try:
-        with connect(machine_config(variant, LocalFs(export)), msize=None) as conn:
+        with connect(machine_config(variant, variant.local(export)), msize=None) as conn:
             for path in paths:
                 io = IoPath(conn, period * 2, path != "copied", paged="pages" in path)
                 for msize in msizes:
@@ -556,7 +574,9 @@ def present(results: dict[Variant, list[Table]], json_path: str | None, plot_pat
     if json_path:
         data = {
             "bench": first.title,
-            "variants": [{"binary": str(v.binary), "guest_memory": v.guest_memory} for v in variants],
+            "variants": [
+                {"binary": str(v.binary), "guest_memory": v.guest_memory, "multidevs": v.multidevs} for v in variants
+            ],
             "labels": labels,
             "qemu_versions": {str(v.binary): provision.probe_cached(v.binary).version for v in variants},
             "host": platform.node(),
@@ -581,7 +601,7 @@ def text_of_json(path: Path) -> str:
     data = json.loads(path.read_text())
     shape = data["table"]
     results = {
-        Variant(Path(v["binary"]), v["guest_memory"], slot): [
+        Variant(Path(v["binary"]), v["guest_memory"], slot, v.get("multidevs")): [
             Table(data["bench"], shape["keys"], shape["values"], [tuple(r) for r in rows], shape["compare"],
                   shape["also"])
             for rows in rounds

@@ -70,6 +70,13 @@ def _add_bench(sub: Any) -> None:
         """``--files 100 200``, or ``--files 100 --files 200``: several values either way."""
         parser.add_argument(flag, type=int, nargs="+", action="extend", help=what)
 
+    def multidevs(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--multidevs", choices=("warn", "remap", "forbid"), action="append",
+            help="the local export's multidevs option (default: the binary's own); repeat to compare, interleaved",
+        )  # fmt: skip
+
+    multidevs(readdir)
     many(readdir, "--files", "local directory sizes (default 100 1000 10000 100000)")
     many(readdir, "--msize", "msize values (default 8192 1048576)")
     many(readdir, "--count", "split counts besides msize - 11 (default 2048: a listing in parts)")
@@ -78,6 +85,7 @@ def _add_bench(sub: Any) -> None:
     io = bench_sub.add_parser("io", help="Twrite then Tread of a large file against msize")
     common(io)
     io.add_argument("--size", type=int, default=256, help="file size in MiB (default 256)")
+    multidevs(io)
     many(io, "--msize", "msize values (default 8 KiB … 4,186,112)")
     io.add_argument("--quick", action="store_true", help="smoke mode: 2 MiB, two msizes")
     io.add_argument(
@@ -317,8 +325,9 @@ def _bench(args: argparse.Namespace) -> int:
     binaries = [provision.find_qemu(name)[0] for name in names] or [provision.find_qemu()[0]]
     wanted = args.guest_memory or machine.wanted_guest_memory()  # the top-level --guest-memory set it
     modes = ["shared", "qtest"] if wanted == "both" else [wanted]
-    pairs = [(binary, mode) for binary in binaries for mode in modes]
-    variants = [bench.Variant(binary, mode, slot) for slot, (binary, mode) in enumerate(pairs)]  # type: ignore[arg-type]
+    options = getattr(args, "multidevs", None) or [None]
+    triples = [(binary, mode, option) for binary in binaries for mode in modes for option in options]
+    variants = [bench.Variant(binary, mode, slot, option) for slot, (binary, mode, option) in enumerate(triples)]  # type: ignore[arg-type]
     results: dict[bench.Variant, list[Any]] = {variant: [] for variant in variants}
     failed: list[bench.Variant] = []
     rounds = 1 if getattr(args, "quick", False) else max(1, args.rounds)
