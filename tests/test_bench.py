@@ -181,3 +181,30 @@ def test_multidevs_is_compared_as_variants(tmp_path: Path, qemu_under_test: Qemu
     variant = bench.Variant(qemu_under_test.binary, multidevs="warn")
     assert ("multidevs", "warn") in variant.local(tmp_path).fsdev("fsdev0")
     assert not any(key == "multidevs" for key, _ in bench.Variant(qemu_under_test.binary).local(tmp_path).fsdev("f"))
+
+
+def test_readdir_directories_are_made_once_per_run(
+    tmp_path: Path, qemu_under_test: QemuUnderTest, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two variants list the same local directory: it is made by the first and found by the
+    second (100,000 files took minutes a variant), and the run leaves no directory behind."""
+    from harness.tools import cli
+
+    found: list[tuple[Path, bool]] = []
+    make = bench._local_dir
+
+    def counted(root: Path, files: int) -> Path:
+        found.append((root, (root / f"dir{files}").exists()))
+        return make(root, files)
+
+    monkeypatch.setattr(bench, "_local_dir", counted)
+    binary = str(qemu_under_test.binary)
+    kept = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}  # main() sets them
+    try:
+        assert cli.main(["bench", "readdir", "--quick", "--files", "30", "--qemu", binary, "--qemu", binary]) == 0
+    finally:
+        for signum, handler in kept.items():
+            signal.signal(signum, handler)
+    assert [existed for _, existed in found] == [False, True]
+    assert found[0][0] == found[1][0] and not found[0][0].exists()
+    assert len(table_rows(capsys.readouterr().out)) == 4  # synth and local, whole and split

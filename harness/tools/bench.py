@@ -269,9 +269,31 @@ def _local_dir(root: Path, files: int) -> Path:
     return where
 
 
+@contextlib.contextmanager
+def readdir_export() -> Iterator[Path]:
+    """The host directory ``bench readdir``'s local directories are made in, once for a whole run:
+    every variant and round lists the same files (100,000 of them took minutes to make here, for
+    each variant and round, before), and nothing of it is left afterwards."""
+    export = Path(tempfile.mkdtemp(prefix="v9p-bench-readdir-"))
+    try:
+        yield export
+    finally:
+        shutil.rmtree(export, ignore_errors=True)
+
+
 def readdir_table(
-    variant: Variant, sizes: Sequence[int], msizes: Sequence[int], runs: int, counts: Sequence[int]
+    variant: Variant,
+    sizes: Sequence[int],
+    msizes: Sequence[int],
+    runs: int,
+    counts: Sequence[int],
+    export: Path | None = None,
 ) -> Table:
+    """One variant's Treaddir rows; the local directories in ``export`` (see :func:`readdir_export`:
+    made there if missing), or in a directory of its own, removed after."""
+    if export is None:
+        with readdir_export() as own:
+            return readdir_table(variant, sizes, msizes, runs, counts, own)
     table = Table(
         "Treaddir",
         ["backend", "files", "msize", "count"],
@@ -280,24 +302,20 @@ def readdir_table(
         compare="server median ms",
     )  # fmt: skip
     binary = variant.binary
-    export = Path(tempfile.mkdtemp(prefix="v9p-bench-readdir-"))
-    try:
-        places: list[tuple[str, FsConfig, list[str], int]] = [("synth", SynthFs(), ["ReadDirDir"], 100)]
-        places += [("local", variant.local(export), [_local_dir(export, n).name], n) for n in sizes]
-        # per msize: the whole listing (count = msize - 11), then the split counts below it
-        splits = {m: [m - wire.RREADDIR_HEADER, *(c for c in counts if c < m - wire.RREADDIR_HEADER)] for m in msizes}
-        total = len(places) * sum(map(len, splits.values()))
-        with progress(total=total, what=f"Treaddir rows on {binary.name}") as bar:
-            for backend, fs, path, files in places:
-                with connect(machine_config(variant, fs), msize=None) as conn:
-                    for msize, count in ((m, c) for m in msizes for c in splits[m]):
-                        cpu = CpuSplit(conn.machine)
-                        with cpu.measuring():
-                            measured = _readdir_runs(conn, path, msize, count, runs)
-                        table.rows.append((backend, files, msize, count, *measured, *cpu.cells()))
-                        bar.update()
-    finally:
-        shutil.rmtree(export, ignore_errors=True)
+    places: list[tuple[str, FsConfig, list[str], int]] = [("synth", SynthFs(), ["ReadDirDir"], 100)]
+    places += [("local", variant.local(export), [_local_dir(export, n).name], n) for n in sizes]
+    # per msize: the whole listing (count = msize - 11), then the split counts below it
+    splits = {m: [m - wire.RREADDIR_HEADER, *(c for c in counts if c < m - wire.RREADDIR_HEADER)] for m in msizes}
+    total = len(places) * sum(map(len, splits.values()))
+    with progress(total=total, what=f"Treaddir rows on {binary.name}") as bar:
+        for backend, fs, path, files in places:
+            with connect(machine_config(variant, fs), msize=None) as conn:
+                for msize, count in ((m, c) for m in msizes for c in splits[m]):
+                    cpu = CpuSplit(conn.machine)
+                    with cpu.measuring():
+                        measured = _readdir_runs(conn, path, msize, count, runs)
+                    table.rows.append((backend, files, msize, count, *measured, *cpu.cells()))
+                    bar.update()
     return table
 
 

@@ -10,6 +10,7 @@ python -m harness bench rtt [--qemu-binary B]    qtest and 9P round trips per se
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -331,15 +332,17 @@ def _bench(args: argparse.Namespace) -> int:
     results: dict[bench.Variant, list[Any]] = {variant: [] for variant in variants}
     failed: list[bench.Variant] = []
     rounds = 1 if getattr(args, "quick", False) else max(1, args.rounds)
-    for _ in range(rounds):  # interleaved: round 1 of every variant, then round 2, ...
-        for variant in variants:
-            if variant in failed:
-                continue
-            try:
-                results[variant].append(_bench_one(args, variant))
-            except HarnessError as err:  # one variant failing loses no other variant's results
-                failed.append(variant)
-                print(f"bench {args.bench} on {variant.label()} failed: {err}", file=sys.stderr)
+    # readdir's local directories: made once, listed by every variant and round
+    with bench.readdir_export() if args.bench == "readdir" else contextlib.nullcontext() as export:
+        for _ in range(rounds):  # interleaved: round 1 of every variant, then round 2, ...
+            for variant in variants:
+                if variant in failed:
+                    continue
+                try:
+                    results[variant].append(_bench_one(args, variant, export))
+                except HarnessError as err:  # one variant failing loses no other variant's results
+                    failed.append(variant)
+                    print(f"bench {args.bench} on {variant.label()} failed: {err}", file=sys.stderr)
     measured = {variant: tables for variant, tables in results.items() if variant not in failed}
     if measured:
         bench.present(measured, args.json, args.plot)
@@ -349,7 +352,7 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench_one(args: argparse.Namespace, variant: Any) -> Any:
+def _bench_one(args: argparse.Namespace, variant: Any, export: Path | None = None) -> Any:
     from harness.tools import bench
 
     if args.bench == "rtt":
@@ -358,7 +361,7 @@ def _bench_one(args: argparse.Namespace, variant: Any) -> Any:
         sizes = args.files or ([20, 200] if args.quick else [100, 1000, 10000, 100000])  # given sizes win
         msizes = args.msize or ([8192] if args.quick else [8192, 1 << 20])
         counts = args.count or [2048]
-        return bench.readdir_table(variant, sizes, msizes, 2 if args.quick else args.runs, counts)
+        return bench.readdir_table(variant, sizes, msizes, 2 if args.quick else args.runs, counts, export)
     msizes = args.msize or ([8192, 1 << 20] if args.quick else [8192, 128 << 10, 512 << 10, 1 << 20, 2 << 20, 4186112])
     paths = list(bench.IO_PATHS if args.copied or args.quick else bench.IO_PATHS[:2])
     return bench.io_table(variant, (2 if args.quick else args.size) << 20, msizes, paths)
