@@ -98,6 +98,25 @@ def test_bench_suite_runs_both_suites(qemu_under_test: QemuUnderTest) -> None:
     assert float(rows[0][-1]) == 1.0 and float(rows[1][-1]) > 0
 
 
+def test_whole_suite_table_says_where_the_cpu_time_went() -> None:
+    """The whole suite's table: medians of each path's CPU times beside the wall times, then the
+    ratio of CPU times and what is left of it without the harness's shared work."""
+    data = {"title": "t", "baseline": "qtest", "times": {"shared": [8.0, 9.0, 10.0], "qtest": [10.0, 11.0, 12.0]},
+            "outcomes": {"shared": "3 passed", "qtest": "3 passed"},
+            "cpu": {"shared": [[9.0, 5.0], [8.0, 6.0], [20.0, 4.0]],
+                    "qtest": [[12.0, 8.0], [11.0, 7.0], [13.0, 9.0]]}}  # fmt: skip
+    text = bench.suite_text(data)
+    assert [[*row[:2], *map(float, row[2:])] for row in table_rows(text)] == [
+        ["shared", "3 passed", 8.0, 9.0, 10.0, 0.82, 9.0, 5.0],
+        ["qtest", "3 passed", 10.0, 11.0, 12.0, 1.0, 12.0, 8.0],
+    ]
+    # CPU 14 against 20; QEMU's 5 against 8 + (12 - 9): 5 / 11
+    assert text.endswith("CPU time, shared / qtest: 0.70; with the harness's work common to both paths taken out "
+                         "(QEMU's time on each, and what the qtest path costs the harness on top): 0.45")  # fmt: skip
+    del data["cpu"]  # a record from before the CPU columns: the table without them
+    assert len(table_rows(bench.suite_text(data))[0]) == 6
+
+
 def test_doctor_sees_the_synth_tree(qemu_under_test: QemuUnderTest) -> None:
     rows = dict(row[:2] for row in table_rows(run("doctor", "--qemu-binary", str(qemu_under_test.binary))))
     assert rows["qtest accelerator"] == "yes"

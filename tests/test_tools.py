@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 
 from fixtures.devices import QemuUnderTest
 from harness.p9.trace import reseal
+from harness.tools import bench
 from harness.tools.repl import Repl
 from tests.subrun import PROJECT, default_signals, run_pytest, table_rows
 
@@ -567,3 +569,25 @@ def test_a_race_reproducer_is_judged_on_its_expectations_only() -> None:
     assert replay._differs(raced, made, local=True, died=False, race=True) is None
     assert "(the race)" in str(replay._differs(raced, enoent, local=True, died=False, race=True))
     assert replay._attempts("attempts 7") == 7 and replay._attempts("seen") == replay.RACE_ATTEMPTS
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one process", "xdist"])
+def test_summary_says_where_the_cpu_time_went(
+    tmp_path: Path, qemu_under_test: QemuUnderTest, workers: tuple[str, ...]
+) -> None:
+    """The summary's CPU line accounts for what the OS counted for the whole process tree: the
+    pytest processes' own time (an xdist worker's included, recorded before it says it has
+    finished) and that of the QEMUs they started; `bench suite --whole` reads it with SUITE_CPU."""
+    proc = run_pytest(tmp_path, qemu_under_test, *workers, "-k", "tools/walks", source=CASES)
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    _, status, tree = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0, out
+    spent = re.search(bench.SUITE_CPU, out)
+    assert spent, out
+    harness, qemu = float(spent["harness"]), float(spent["qemu"])
+    total = tree.ru_utime + tree.ru_stime
+    print(f"harness {harness} qemu {qemu} tree {total:.2f}")
+    assert qemu > 0 and harness > 0
+    assert -0.2 <= total - (harness + qemu) <= 0.15 * total + 0.3, (harness, qemu, total)

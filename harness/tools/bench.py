@@ -740,21 +740,46 @@ def _suite_report(data: dict[str, Any], json_path: str | None) -> int:
 
 
 def suite_text(data: dict[str, Any]) -> str:
-    """``bench suite``'s table from its measurements (``--json`` keeps them: the docs quote this)."""
+    """``bench suite``'s table from its measurements (``--json`` keeps them: the docs quote this).
+    The whole suite's also says where the CPU time went: the harness's pytest processes against
+    QEMU (and any other program the cases ran), medians over the rounds."""
     times: dict[str, list[float]] = data["times"]
+    cpu: dict[str, list[list[float]]] = data.get("cpu", {})
     theirs = statistics.median(times[data["baseline"]])
     rows = [
-        (name, data["outcomes"][name], f"{min(t):.3f}", f"{statistics.median(t):.3f}", f"{max(t):.3f}",
-         f"{statistics.median(t) / theirs:.2f}")
+        [name, data["outcomes"][name], f"{min(t):.3f}", f"{statistics.median(t):.3f}", f"{max(t):.3f}",
+         f"{statistics.median(t) / theirs:.2f}"]
+        + [f"{statistics.median(spent[at] for spent in cpu[name]):.1f}" for at in range(2) if cpu]
         for name, t in times.items()
     ]  # fmt: skip
-    headers = ("runner", "outcome", "min s", "median s", "max s", f"median / {data['baseline']}")
-    return f"{data['title']}\n{tabulate(rows, headers=headers, tablefmt='github')}"
+    headers = ["runner", "outcome", "min s", "median s", "max s", f"median / {data['baseline']}"]
+    headers += ["harness CPU s", "QEMU CPU s"] if cpu else []
+    text = f"{data['title']}\n{tabulate(rows, headers=headers, tablefmt='github')}"
+    return text + _cpu_bound(cpu) if set(cpu) == {"shared", "qtest"} else text
+
+
+def _cpu_bound(cpu: dict[str, list[list[float]]]) -> str:
+    """What the whole suite's CPU times say of the two paths' ratio. A run of two workers on two
+    cores is CPU-bound, so the ratio of CPU times is near that of wall times; and if the harness's
+    work the two paths share cost nothing, what would be left is QEMU's CPU time on each, plus on
+    the qtest path the harness's cost of its qtest exchanges (the difference of the harness's
+    times): while QEMU's work stays what it is, no change to the harness gets below that ratio."""
+    harness, qemu = ({mode: statistics.median(spent[at] for spent in cpu[mode]) for mode in cpu} for at in (0, 1))
+    total = {mode: harness[mode] + qemu[mode] for mode in cpu}
+    floor = qemu["shared"] / (qemu["qtest"] + max(0.0, harness["qtest"] - harness["shared"]))
+    return (
+        f"\nCPU time, shared / qtest: {total['shared'] / total['qtest']:.2f}; with the harness's work common to both "
+        f"paths taken out (QEMU's time on each, and what the qtest path costs the harness on top): {floor:.2f}"
+    )
 
 
 def _home(path: Path) -> str:
     """``path`` with the home directory as ``~``: the same on every machine's docs."""
     return str(path).replace(str(Path.home()), "~", 1)
+
+
+#: The summary's line of where the CPU time went (fixtures/plugin.py, ``cpu_line``).
+SUITE_CPU = r"CPU time over [\d.]+ s: (?P<harness>[\d.]+) s in the harness .*?, (?P<qemu>[\d.]+) s in QEMU"
 
 
 def bench_whole_suite(explicit: str | None, rounds: int, json_path: str | None = None, workers: int = 2) -> int:
@@ -766,18 +791,21 @@ def bench_whole_suite(explicit: str | None, rounds: int, json_path: str | None =
     ours = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
     ours["PYTHONPYCACHEPREFIX"] = str(provision.cache_root() / "pycache")
     times: dict[str, list[float]] = {"shared": [], "qtest": []}
+    cpu: dict[str, list[list[float]]] = {mode: [] for mode in times}
     outcomes: dict[str, str] = {}
     for _ in range(rounds):
         for mode in times:
             seconds, output, status = _timed([*pytest, "--guest-memory", mode], ours)
             summary = re.findall(r"^=* ?(\d+ passed.*?)(?: in [\d.]+s.*)?=*$", output, flags=re.MULTILINE)
-            if status != 0 or not summary:
+            spent = re.search(SUITE_CPU, output)  # the summary's CPU line (fixtures/plugin.py, cpu_line)
+            if status != 0 or not summary or not spent:
                 raise HarnessError(f"whole suite, guest memory {mode}: exit {status}:\n{output[-3000:]}")
             outcomes[mode] = summary[-1].strip()
             times[mode].append(seconds)
+            cpu[mode].append([float(spent["harness"]), float(spent["qemu"])])
     passed = {mode: outcome.split(" passed")[0] for mode, outcome in outcomes.items()}
     if passed["shared"] != passed["qtest"]:  # xfailed/xpassed may differ: races show when they will
         raise HarnessError(f"the two paths disagree: shared {outcomes['shared']!r}, qtest {outcomes['qtest']!r}")
     title = f"the whole suite, -n {workers}, on {_home(binary)}, {rounds} round(s) each, interleaved; {_load()}"
-    data = {"title": title, "baseline": "qtest", "times": times, "outcomes": outcomes}
+    data = {"title": title, "baseline": "qtest", "times": times, "outcomes": outcomes, "cpu": cpu}
     return _suite_report(data, json_path)
