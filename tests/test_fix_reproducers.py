@@ -1,6 +1,7 @@
 """Every known bug fixed between 7.2.22 and 10.0.13 can be bisected from its reproducer: recorded on
 7.2.22, ``replay --find-fix`` says "still broken" there (0) and "the fix is here" on 10.0.13 (1).
-A bug seen in some runs only (``qemu_bug(race=True)``) may go unseen by one replay on 7.2.22."""
+A bug seen in some runs only (``qemu_bug(race=True)``) may go unseen by the recording run; the
+reproducer of a run that met it asks for several fresh replays (``# race: attempts N``)."""
 
 from __future__ import annotations
 
@@ -44,9 +45,10 @@ def test_each_fix_since_72_is_found_by_replay_find_fix(tmp_path: Path) -> None:
         if bug.present_in(OLD) and not bug.present_in(NEW) and bug.case.split("/")[1] not in NOT_REPLAYABLE
     ]  # fmt: skip
     fixed = [bug.case for bug in bugs]
-    #: bugs seen in some runs only (deep_absolute_path's heap over-read on 7.2.22: ENOENT in 3 fresh
-    #: QEMUs of 10): on OLD one replay may or may not meet it, so there only a verdict is asked for;
-    #: on NEW, with the fix, it must say "the fix is here" every time
+    #: bugs seen in some runs only (deep_absolute_path's heap over-read on 7.2.22: ENOENT in 3 to 10
+    #: fresh QEMUs of 10): the recording run may miss one; a reproducer of one that met it says so
+    #: in its header, and replay's fresh attempts meet it on OLD (its marker's attempts= make a
+    #: miss 1 in 1,000 at the lowest rate seen) and take them all on NEW
     sometimes = [name_of(bug.case) for bug in bugs if bug.race]
     assert fixed, "no known bug is fixed between 7.2.22 and 10.0.13: this test checks nothing"
     selection = " or ".join(map(_selection, fixed))
@@ -56,15 +58,23 @@ def test_each_fix_since_72_is_found_by_replay_find_fix(tmp_path: Path) -> None:
         cwd=PROJECT, capture_output=True, text=True, timeout=600, check=False,
     ).stdout  # fmt: skip
     assert re.search(r"\d+ xfailed", recorded) and not re.search(r"\d+ failed", recorded), recorded[-3000:]
-    reproducers = sorted(tmp_path.glob("*/reproducer.9p"))
+    # --trace-dir keeps every case's: those of runs that met their bug (a bug seen in some runs
+    # only may have been missed: an XPASS, whose reproducer records right answers)
+    reproducers = [
+        path for path in sorted(tmp_path.glob("*/reproducer.9p")) if "\n# outcome: xfailed\n" in path.read_text()
+    ]
     for case in fixed:  # every bug has at least one reproducer (one seen in some runs only: if it was)
         name = name_of(case)
         assert any(name in str(path) for path in reproducers) or name in sometimes, (case, reproducers)
 
+    for path in reproducers:
+        race = "# race: attempts " in path.read_text()
+        assert race == any(name in path.parent.name for name in sometimes), path
+
     def verdict(path: Path, binary: Path) -> tuple[int, str]:
         done = subprocess.run(
             [sys.executable, "-m", "harness", "replay", str(path), "--find-fix", f"--qemu-binary={binary}"],
-            cwd=PROJECT, capture_output=True, text=True, timeout=120, check=False,
+            cwd=PROJECT, capture_output=True, text=True, timeout=600, check=False,
         )  # fmt: skip
         return done.returncode, done.stdout + done.stderr
 
@@ -72,7 +82,4 @@ def test_each_fix_since_72_is_found_by_replay_find_fix(tmp_path: Path) -> None:
         runs = {(path, binary): pool.submit(verdict, path, binary) for path in reproducers for binary in (old, new)}
     for (path, binary), future in runs.items():
         status, said = future.result()
-        wanted = {0} if binary == old else {1}
-        if binary == old and any(name in path.parent.name for name in sometimes):
-            wanted = {0, 1}
-        assert status in wanted, (path.parent.name, str(binary), said)
+        assert status == (0 if binary == old else 1), (path.parent.name, str(binary), said)

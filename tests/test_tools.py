@@ -571,6 +571,37 @@ def test_a_race_reproducer_is_judged_on_its_expectations_only() -> None:
     assert replay._attempts("attempts 7") == 7 and replay._attempts("seen") == replay.RACE_ATTEMPTS
 
 
+SOMETIMES = textwrap.dedent(
+    """
+    import pytest
+    from harness.errors import P9Rlerror
+    from fixtures.case_path import case_path
+
+    @pytest.mark.qemu_bug(fixed_in=(), reason="made up", raises=P9Rlerror, race=True, attempts=3)
+    @case_path("tools/sometimes/{hit}", backends=["synth"], hit=["met", "missed"])
+    def test_sometimes(attached, hit):
+        attached.walk_fid(0, ["nope" if hit == "met" else "WALK0"])  # ENOENT: the made-up bug
+    """
+)
+
+
+def test_a_bug_seen_in_some_runs_only_leaves_a_reproducer_that_tries_again(
+    tmp_path: Path, qemu_under_test: QemuUnderTest
+) -> None:
+    """Under qemu_bug(race=True) a run that met the bug (xfailed) leaves a reproducer that asks
+    for the marker's attempts and judges the reply that showed it; replay stops at the first
+    attempt that shows it. A run that missed it (XPASS) records right answers, replayed as such."""
+    out, _ = run_pytest(tmp_path, qemu_under_test, "--trace-dir", "traces", source=SOMETIMES).communicate(timeout=60)
+    assert "1 xfailed, 1 xpassed" in out, out
+    met, missed = (next((tmp_path / "traces").glob(f"*sometimes_{hit}*/reproducer.9p")) for hit in ("met", "missed"))
+    assert {"# race: attempts 3", "# outcome: xfailed", "<== success (no error)"} <= set(met.read_text().splitlines())
+    assert "# outcome: xpassed" in missed.read_text() and "# race:" not in missed.read_text()
+    shown = harness("replay", str(met), "--qemu-binary", str(qemu_under_test.binary))
+    assert shown.returncode == 1 and "showed at attempt 1 of 3" in shown.stdout, shown.stdout
+    right = harness("replay", str(missed), "--qemu-binary", str(qemu_under_test.binary))
+    assert right.returncode == 0 and "no difference" in right.stdout, right.stdout
+
+
 @pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one process", "xdist"])
 def test_summary_says_where_the_cpu_time_went(
     tmp_path: Path, qemu_under_test: QemuUnderTest, workers: tuple[str, ...]

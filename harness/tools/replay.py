@@ -17,11 +17,13 @@ verdict a ``git bisect run`` can use, one meaning whatever the case was:
 Replies are compared as decoded messages: on the local backend, values the host decides (qid
 paths and versions, times, inode numbers, block counts, directory offsets) are left out.
 
-A race's reproducer (``# race: attempts N``, written for a known race a case saw) is judged on its
-``<==`` lines only (``<== anything but ENOENT (2)``): the other replies are whatever the order the
-server took gives, which differs run to run. It is replayed on a fresh QEMU up to N times (or
-``--attempts``); the first attempt whose raced reply comes back as the race answered is 1, and N
-attempts without it are 0 ("not seen in N attempts": a race's absence is a measure, never proof).
+A race's reproducer (``# race: attempts N``, written for a known bug seen in some runs only that a
+case met: a race, or undefined behaviour such as 7.2's heap over-read of a deep path) is judged on
+its ``<==`` lines only (``<== anything but ENOENT (2)``, ``<== success``): the other replies are
+whatever the order the server took gives, which differs run to run. It is replayed on a fresh QEMU
+up to N times (or ``--attempts``); the first attempt whose judged reply comes back as the bug
+answered is 1, and N attempts without it are 0 ("not seen in N attempts": the absence of a bug seen
+in some runs only is a measure, never proof).
 """
 
 from __future__ import annotations
@@ -200,9 +202,9 @@ def _verdict(path: Path, explicit: str | None, timeout: float, attempts: int | N
         verdict = _replay_in(path, header, steps, config if attempt == 1 else _config(binary, header), timeout, True)
         if verdict != ABSENT:
             what = "showed" if verdict == PRESENT else "could not be judged"
-            print(f"the race {what} at attempt {attempt} of {tries}")
+            print(f"the bug (seen in some runs only) {what} at attempt {attempt} of {tries}")
             return verdict
-    print(f"the race was not seen in {tries} attempts")
+    print(f"the bug (seen in some runs only) was not seen in {tries} attempts")
     return ABSENT
 
 
