@@ -744,12 +744,15 @@ def suite_text(data: dict[str, Any]) -> str:
     The whole suite's also says where the CPU time went: the harness's pytest processes against
     QEMU (and any other program the cases ran), medians over the rounds."""
     times: dict[str, list[float]] = data["times"]
-    cpu: dict[str, list[list[float]]] = data.get("cpu", {})
+    # (harness, QEMU) CPU seconds per runner, medians over the rounds
+    cpu = {
+        name: tuple(statistics.median(column) for column in zip(*rounds, strict=True))
+        for name, rounds in data.get("cpu", {}).items()
+    }
     theirs = statistics.median(times[data["baseline"]])
     rows = [
         [name, data["outcomes"][name], f"{min(t):.3f}", f"{statistics.median(t):.3f}", f"{max(t):.3f}",
-         f"{statistics.median(t) / theirs:.2f}"]
-        + [f"{statistics.median(spent[at] for spent in cpu[name]):.1f}" for at in range(2) if cpu]
+         f"{statistics.median(t) / theirs:.2f}", *(f"{seconds:.1f}" for seconds in cpu.get(name, ()))]
         for name, t in times.items()
     ]  # fmt: skip
     headers = ["runner", "outcome", "min s", "median s", "max s", f"median / {data['baseline']}"]
@@ -758,13 +761,13 @@ def suite_text(data: dict[str, Any]) -> str:
     return text + _cpu_bound(cpu) if set(cpu) == {"shared", "qtest"} else text
 
 
-def _cpu_bound(cpu: dict[str, list[list[float]]]) -> str:
+def _cpu_bound(cpu: dict[str, tuple[float, ...]]) -> str:
     """What the whole suite's CPU times say of the two paths' ratio. A run of two workers on two
     cores is CPU-bound, so the ratio of CPU times is near that of wall times; and if the harness's
     work the two paths share cost nothing, what would be left is QEMU's CPU time on each, plus on
     the qtest path the harness's cost of its qtest exchanges (the difference of the harness's
     times): while QEMU's work stays what it is, no change to the harness gets below that ratio."""
-    harness, qemu = ({mode: statistics.median(spent[at] for spent in cpu[mode]) for mode in cpu} for at in (0, 1))
+    harness, qemu = ({mode: spent[at] for mode, spent in cpu.items()} for at in (0, 1))
     total = {mode: harness[mode] + qemu[mode] for mode in cpu}
     floor = qemu["shared"] / (qemu["qtest"] + max(0.0, harness["qtest"] - harness["shared"]))
     return (
