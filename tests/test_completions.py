@@ -3,15 +3,20 @@ against a real QEMU, thousands of mixed batches, a random subset awaited in a ra
 
 from __future__ import annotations
 
+import os
 import random
+import time
 from typing import Any
+
+import pytest
 
 from fixtures.devices import QemuUnderTest
 from harness.p9 import wire
-from harness.p9.messages import Tclunk, Tgetattr, Tstatfs, Twalk
+from harness.p9.messages import Rflush, Tclunk, Tflush, Tgetattr, Tstatfs, Twalk, Twrite
 from harness.p9.session import Pending
 from harness.p9.wire import TMessage
 from harness.qemu import provision
+from harness.qemu.machine import SynthFs
 from harness.tools.connect import connect
 
 SEED = 2026
@@ -56,3 +61,29 @@ def _check(request: Any, pending: Pending[Any]) -> None:
     reply = pending.wait()
     assert type(reply.message) is request.reply_class(), (request, reply.message)
     assert wire.peek_header(reply.frame)[2] == pending.tag, (request, pending.tag, reply.frame[:7].hex())
+
+
+def test_collect_stops_at_a_silent_server_and_not_before(qemu_under_test: QemuUnderTest) -> None:
+    """``collect(quiet=...)``: the replies that come are taken; a request the server holds (the
+    synth FLUSH file's write, until flushed) is left once nothing has come for ``quiet`` seconds,
+    long before ``grace``; without ``quiet`` the whole ``grace`` is waited."""
+    config, found = provision.usable_config(qemu_under_test.binary, SynthFs())
+    if not found.synth_tree:
+        pytest.skip(f"{qemu_under_test.binary} has no synth test tree (no qtest accelerator): no FLUSH file")
+    with connect(config) as conn:
+        p9, channel = conn.session, conn.channel
+        fid = p9.walk_fid(0, ["FLUSH"])
+        p9.lopen(fid, os.O_WRONLY)
+        with p9.batch():
+            for _ in range(8):
+                p9.send(Tgetattr(fid=0, request_mask=wire.GETATTR_BASIC))
+            blocked = p9.send(Twrite(fid=fid, offset=0, data=b"\x01"))
+        start = time.monotonic()
+        assert channel.collect(grace=60.0, quiet=0.2) == 1  # the getattrs came, the write did not
+        quiet_took = time.monotonic() - start
+        assert 0.2 <= quiet_took < 30, quiet_took
+        start = time.monotonic()
+        assert channel.collect(grace=0.3) == 1
+        assert time.monotonic() - start >= 0.3
+        assert p9.rpc(Tflush(oldtag=blocked.tag)) == Rflush()  # the write ends with its flush
+        assert channel.collect(grace=5.0, quiet=1.0) == 0
