@@ -3,7 +3,65 @@ a known race's answers are read as the race, anything else still fails."""
 
 from __future__ import annotations
 
-from cases.test_concurrent import explained_by_race
+import itertools
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cases.test_concurrent import (
+    FID_REQUESTS,
+    NAME_REQUESTS,
+    REQUESTS,
+    WRITERS,
+    WSTAT_REQUESTS,
+    FidModel,
+    Model,
+    NameModel,
+    ReadonlyModel,
+    WstatModel,
+    explained_by_race,
+    serial_outcomes,
+)
+
+
+def every_order(ops: list[str], model_of: Any) -> set[tuple[Any, ...]]:
+    """What serial_outcomes promises, the long way: every one of the len(ops)! orders."""
+    found = set()
+    for order in itertools.permutations(range(len(ops))):
+        model, answers = model_of(), [None] * len(ops)
+        for index in order:
+            answers[index] = model.apply(ops[index])
+        found.add(tuple(answers))
+    return found
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from(WRITERS), min_size=0, max_size=3, unique=True),
+    st.lists(st.sampled_from([op for op in REQUESTS if op not in WRITERS]), min_size=0, max_size=4, unique=True),
+    st.randoms(use_true_random=False),
+    st.sampled_from([Model, ReadonlyModel]),
+)
+def test_serial_outcomes_are_those_of_every_order(writers: list[str], readers: list[str], rng: Any, model: Any) -> None:
+    ops = writers + readers
+    rng.shuffle(ops)
+    assert serial_outcomes(ops, model) == every_order(ops, model)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from(
+        [
+            (FidModel, list(FID_REQUESTS)),
+            (WstatModel, list(WSTAT_REQUESTS)),
+            (NameModel, list(NAME_REQUESTS)),
+        ]
+    ).flatmap(lambda kind: st.tuples(st.just(kind[0]), st.lists(st.sampled_from(kind[1]), min_size=1, max_size=6))),
+)
+def test_the_other_models_too(kind_and_ops: tuple[Any, list[str]]) -> None:
+    model, ops = kind_and_ops
+    assert serial_outcomes(ops, model) == every_order(ops, model)
 
 
 def test_a_raced_creation_reads_as_made_or_as_leaving_nothing() -> None:
