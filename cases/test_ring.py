@@ -29,6 +29,9 @@ TRANSPORTS = ["modern", "legacy"]
 INDIRECT = ChainLayout(indirect=True)
 #: The server's request slots (MAX_REQ in hw/9pfs/9p.h), whatever the queue size.
 SLOTS = 128
+#: how long a plain build gets for a reset that must end 128 blocked requests (it takes
+#: milliseconds), before QEMU is called wedged (Machine.wedge_bound stretches it for sanitizers)
+RESET_BOUND = 0.5
 #: (layout, requests in flight) that leave room for Tflush in a 128-entry queue: two-descriptor
 #: chains hold 64 requests in 128 descriptors, indirect ones 128.
 PARTIAL = [
@@ -134,7 +137,9 @@ def test_ring_full_then_reset(attached: Session, device: Device, transport: str)
     block(p9, SLOTS, INDIRECT)
     assert wait_in_use(device, SLOTS)["inuse"] == SLOTS
     p9.close(check=False)
-    device.machine.qtest.set_timeout(2.0)
+    # a reset that must cancel 128 blocked requests takes milliseconds; not done in half a second
+    # (longer for a sanitizer build), QEMU is wedged
+    device.machine.qtest.set_timeout(device.machine.wedge_bound(RESET_BOUND))
     device.reset()
     assert queue_status(device)["inuse"] == 0
     assert Session(device.channel).version().msize == 8192

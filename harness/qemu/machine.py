@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
 
-from harness.errors import HarnessMisuse, QEMUError, QEMUExited, QEMUStartError, QTestError
+from harness.errors import HarnessMisuse, QEMUError, QEMUExited, QEMUStartError, QTestError, QTestTimeout
 from harness.qemu.build import TSAN_SUPPRESSIONS
 from harness.qemu.qtest import QTest
 
@@ -252,6 +252,14 @@ def sanitizer_env(binary: Path) -> dict[str, str]:
 
 #: How long QEMU gets to quit before SIGTERM, and then SIGKILL.
 STOP_TIMEOUT = 5.0
+#: How many times longer than a plain build an ASan or TSan build of QEMU is given for an operation
+#: before it is called wedged. The malformed, chains, msize, ring and read modules with -n 2 took
+#: 8.5 s on trixie's plain build, 15.6 s on its ASan+UBSan build and 42 s on its TSan build; the
+#: plain bounds are already ten times or more what a working QEMU needs, and times four they are
+#: the bounds TSan runs were checked with (a 2 s reset, a 5-6 s unplug).
+SANITIZER_SLOWDOWN = 4
+#: After QEMU closed the qtest socket: how long its exit status is waited for (it is exiting).
+EXIT_AFTER_DISCONNECT = 1.0
 #: A gcov build writes ~1,500 counter files as it exits, under a lock each that every other exiting
 #: QEMU wants too: on 2 busy cores that took longer than 5 s, and the SIGKILL then lost the counters
 #: of whatever cases that QEMU served (7.2's whole 9P2000.u directory read, for one).
@@ -622,6 +630,12 @@ class Machine:
             sanitized="libasan" in maps or "libtsan" in maps, tsan="libtsan" in maps,
         )  # fmt: skip
 
+    def wedge_bound(self, seconds: float) -> float:
+        """How long a case waits for this QEMU to finish an operation (a reset, an unplug) before it
+        calls its main loop wedged: ``seconds``, the bound for a plain build, stretched by
+        :data:`SANITIZER_SLOWDOWN` for a sanitizer build, which is that much slower."""
+        return seconds * (SANITIZER_SLOWDOWN if self.resources().sanitized else 1)
+
     @property
     def exit_status(self) -> int | None:
         return self._proc.poll() if self._proc else None
@@ -645,14 +659,21 @@ class Machine:
         return self.output_text()[mark:]
 
     def _explain_lost(self, err: QTestError) -> Exception | None:
-        """qtest lost its peer: say whether QEMU died, and how."""
+        """qtest lost its peer: say whether QEMU died, and how. A closed socket means QEMU is going:
+        its status is waited for (up to :data:`EXIT_AFTER_DISCONNECT`). A reply that did not come
+        in time is a QEMU that is still there unless it has already gone: waiting a second more for
+        an exit that is not coming cost each wedged-QEMU case (a known bug's) that second."""
         proc = self._proc
         if proc is None:
             return None
-        try:
-            status: int | None = proc.wait(timeout=1.0)
-        except subprocess.TimeoutExpired:
-            status = None
+        status: int | None
+        if isinstance(err, QTestTimeout):
+            status = proc.poll()
+        else:
+            try:
+                status = proc.wait(timeout=EXIT_AFTER_DISCONNECT)
+            except subprocess.TimeoutExpired:
+                status = None
         if status is None:
             self.unresponsive = True
             return QEMUError(
