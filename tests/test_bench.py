@@ -117,6 +117,18 @@ def test_whole_suite_table_says_where_the_cpu_time_went() -> None:
     assert len(table_rows(bench.suite_text(data))[0]) == 6
 
 
+def test_the_machine_line_says_how_much_cpu_time_the_host_stole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steal since the bench began, in percent of all CPU time: the host's share, not ours."""
+    real = bench._cpu_ticks
+    monkeypatch.setattr(bench, "_TICKS_AT_START", (1000, 50))
+    monkeypatch.setattr(bench, "_cpu_ticks", lambda: (3000, 550))
+    assert bench._load().endswith(", 25% of CPU time stolen by the host")
+    monkeypatch.setattr(bench, "_cpu_ticks", lambda: None)  # no /proc/stat: the load average alone
+    assert bench._load().startswith("load average ") and "stolen" not in bench._load()
+    ticks = real()  # this machine's own, read for real
+    assert ticks is None or 0 <= ticks[1] <= ticks[0]
+
+
 def test_doctor_sees_the_synth_tree(qemu_under_test: QemuUnderTest) -> None:
     rows = dict(row[:2] for row in table_rows(run("doctor", "--qemu-binary", str(qemu_under_test.binary))))
     assert rows["qtest accelerator"] == "yes"
