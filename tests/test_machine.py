@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import textwrap
 import time
 from pathlib import Path
+
+import pytest
 
 from fixtures.devices import QemuUnderTest
 from harness.p9.channel import Channel
@@ -221,3 +224,20 @@ def test_sanitizer_reports_are_found_whole() -> None:
     assert asan.endswith("in v9fs_reset") and "#0 0x55d in v9fs_reset" in asan
     ubsan = machine.sanitizer_report(UBSAN)
     assert ubsan is not None and ubsan.startswith("../hw/9pfs/9p.c:1290:23: runtime error: left shift")
+
+
+def test_a_wedge_is_called_sooner_on_a_plain_build_than_on_a_sanitizer_build(
+    qemu_under_test: QemuUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``wedge_bound``: the plain bound on a build without a sanitizer runtime mapped, that times
+    SANITIZER_SLOWDOWN where ASan or TSan is (read from the running QEMU's /proc maps)."""
+    qemu = Machine(MachineConfig(binary=qemu_under_test.binary, accel=qemu_under_test.probe.accel))
+    qemu.launch()
+    try:
+        sanitized = qemu.resources().sanitized
+        assert qemu.wedge_bound(0.5) == (0.5 * machine.SANITIZER_SLOWDOWN if sanitized else 0.5)
+        seen = qemu.resources()
+        monkeypatch.setattr(qemu, "resources", lambda: dataclasses.replace(seen, sanitized=True))
+        assert qemu.wedge_bound(0.5) == 0.5 * machine.SANITIZER_SLOWDOWN > 0.5
+    finally:
+        qemu.shutdown()
