@@ -9,6 +9,7 @@ as prove does.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -49,9 +50,19 @@ def built(tarball: Path, root: Path | None = None) -> Path:
     tree = (root or cache_root()) / tarball.name.removesuffix(".tar.gz")
     if (tree / "pjdfstest").is_file():
         return tree
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    # every xdist worker asks on a fresh machine: one builds, the others wait for it and take its
+    # tree (two extracting into one work directory failed both: FileExistsError)
+    with open(tree.parent / f"{tree.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (tree / "pjdfstest").is_file():
+            _build(tarball, tree)
+    return tree
+
+
+def _build(tarball: Path, tree: Path) -> None:
     missing = missing_packages(BUILD_DEPS)
     log = tree.with_suffix(".log")
-    tree.parent.mkdir(parents=True, exist_ok=True)
     if missing:
         if os.geteuid() != 0:
             raise ProvisionError(f"building pjdfstest needs {' '.join(missing)}: apt-get install them (as root)")
@@ -67,7 +78,6 @@ def built(tarball: Path, root: Path | None = None) -> Path:
     shutil.rmtree(tree, ignore_errors=True)
     source.rename(tree)
     shutil.rmtree(work, ignore_errors=True)
-    return tree
 
 
 def test_files(tree: Path) -> list[str]:
