@@ -234,9 +234,8 @@ def test_a_wedge_is_called_sooner_on_a_plain_build_than_on_a_sanitizer_build(
     qemu = Machine(MachineConfig(binary=qemu_under_test.binary, accel=qemu_under_test.probe.accel))
     qemu.launch()
     try:
-        sanitized = qemu.resources().sanitized
-        assert qemu.wedge_bound(0.5) == (0.5 * machine.SANITIZER_SLOWDOWN if sanitized else 0.5)
         seen = qemu.resources()
+        assert qemu.wedge_bound(0.5) == (0.5 * machine.SANITIZER_SLOWDOWN if seen.sanitized else 0.5)
         monkeypatch.setattr(qemu, "resources", lambda: dataclasses.replace(seen, sanitized=True))
         assert qemu.wedge_bound(0.5) == 0.5 * machine.SANITIZER_SLOWDOWN > 0.5
     finally:

@@ -9,7 +9,6 @@ as prove does.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import ProvisionError
-from harness.qemu.build import _sh, missing_packages
+from harness.qemu.build import _locked, _sh, missing_packages
 from harness.qemu.provision import cache_root
 
 ENV_TARBALL = "PJDFSTEST_TARBALL"
@@ -50,11 +49,9 @@ def built(tarball: Path, root: Path | None = None) -> Path:
     tree = (root or cache_root()) / tarball.name.removesuffix(".tar.gz")
     if (tree / "pjdfstest").is_file():
         return tree
-    tree.parent.mkdir(parents=True, exist_ok=True)
     # every xdist worker asks on a fresh machine: one builds, the others wait for it and take its
     # tree (two extracting into one work directory failed both: FileExistsError)
-    with open(tree.parent / f"{tree.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with _locked(tree.parent, f"{tree.name}.lock"):
         if not (tree / "pjdfstest").is_file():
             _build(tarball, tree)
     return tree

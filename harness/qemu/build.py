@@ -224,9 +224,11 @@ def build(origin: str, root: Path, *, with_qos_test: bool = True, variant: str =
 
 
 @contextlib.contextmanager
-def _locked(root: Path) -> Iterator[None]:
+def _locked(root: Path, name: str = ".lock") -> Iterator[None]:
+    """Inside, no other process holds the lock file ``root/name``: one builds what the others
+    then take from the cache."""
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:
+    with open(root / name, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
