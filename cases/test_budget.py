@@ -54,6 +54,7 @@ def clones(p9: Session, fid: int, first: int, count: int) -> list[int]:
     return fids
 
 
+@pytest.mark.slow
 @pytest.mark.fresh_qemu
 @pytest.mark.qemu_bug(
     fixed_in=versions.MAX_XATTR,
@@ -85,6 +86,7 @@ def test_xattr_fids_pin_bounded_memory(place: Place, device: Any) -> None:
     ), f"{refused} refused"
 
 
+@pytest.mark.slow
 @pytest.mark.fresh_qemu
 @case_path("budget/walked_fids", backends=["synth", "local"])
 def test_walked_fids_cost_little_and_all_of_it_comes_back(attached: Session, device: Any) -> None:
@@ -109,6 +111,7 @@ def test_walked_fids_cost_little_and_all_of_it_comes_back(attached: Session, dev
 OPEN_FIDS_NOFILE = 1024
 
 
+@pytest.mark.slow
 @pytest.mark.fresh_qemu
 @pytest.mark.rlimit_nofile(OPEN_FIDS_NOFILE)
 @case_path("budget/open_fids", backends=["local"])

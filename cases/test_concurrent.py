@@ -561,6 +561,7 @@ RECLAIM_NOFILE = 200  # QEMU's reclaim mark is then 134 descriptors (cases/test_
 RECLAIM_FILES = 160
 
 
+@pytest.mark.slow
 @pytest.mark.rlimit_nofile(RECLAIM_NOFILE)
 @pytest.mark.fsdev(security_model="passthrough")
 @case_path("concurrent/reclaim_under_renames/{kick}", backends=["local"], kick=["one_kick", "staggered"])

@@ -23,6 +23,7 @@ def level_name(level: int) -> str:
     return f"{level:03d}".ljust(NAME_MAX, "d")
 
 
+@pytest.mark.slow
 @pytest.mark.qemu_bug(
     fixed_in=versions.LONG_PATHS,
     reason="V9fsPath.size is uint16_t (fsdev/file-op-9p.h), so a path past 65535 bytes wraps: "
@@ -44,6 +45,7 @@ def test_deep_absolute_path(place: Place) -> None:
     build_and_check(place, DEPTH)
 
 
+@pytest.mark.slow
 @case_path("deep_path/below_64k", backends=["local"])
 def test_deep_path_below_64k(place: Place) -> None:
     """The same just below 64 KiB (250 levels, 64,000 bytes plus the case directory): must work on

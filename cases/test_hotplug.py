@@ -60,6 +60,7 @@ def test_unplug_with_open_fids(device: Device, backend: str, local_export: Path)
     assert device.machine.shutdown() == 0, device.machine.output_tail()
 
 
+@pytest.mark.slow
 @pytest.mark.qemu_bug(
     introduced_in=versions.UNPLUG_DRAIN,
     fixed_in=(),

@@ -34,6 +34,7 @@ def budget(seeded: object = None) -> settings:
     return settings(deadline=None)
 
 
+@pytest.mark.slow
 @pytest.mark.qemu_bug(fixed_in=(), race=True, raises=KnownRaceSeen, reason=HUNTER_RACES)
 @case_path("model/session", backends=["local"])
 def test_session_against_a_model(place: Place, qemu_under_test: Any, request: pytest.FixtureRequest) -> None:

@@ -94,6 +94,7 @@ def bogo_ops(output: str, stressor: str) -> int:
     return sum(int(m.group(2)) for m in METRIC.finditer(output) if m.group(1) == stressor)
 
 
+@pytest.mark.slow
 @pytest.mark.trace_limit(STRESS_TRACE)
 @case_path("posix/stress/stress-ng/{stressor}/{security_model}", backends=["local"], stressor=STRESSORS,
            security_model=MODELS)  # fmt: skip
@@ -125,6 +126,7 @@ def test_stress_ng(stressor: str, security_model: str, posix_mount: Mount, reque
 FIO_SIZE = "8M"
 
 
+@pytest.mark.slow
 @pytest.mark.trace_limit(STRESS_TRACE)
 @case_path("posix/stress/fio/{rw}/{bs}/msize_{msize}", backends=["local"], rw=["write", "randwrite"],
            bs=["4k", "64k", "1m"], msize=[8192, 512 << 10])  # fmt: skip

@@ -54,6 +54,7 @@ def test_read_count_above_msize(place: Place, transport: str) -> None:
     p9.clunk(fid)
 
 
+@pytest.mark.slow
 @case_path("read/above_iounit", backends=["local"])
 def test_read_above_iounit(place: Place) -> None:
     """iounit only promises what is atomic: a Tread above it but within msize - 24 is served in

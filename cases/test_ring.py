@@ -121,6 +121,7 @@ def test_ring_full_is_refused_by_the_driver(attached: Session, device: Device, t
     device.abandon()
 
 
+@pytest.mark.slow
 @pytest.mark.needs_synth_tree
 @pytest.mark.fresh_qemu
 @pytest.mark.qemu_bug(
@@ -145,6 +146,7 @@ def test_ring_full_then_reset(attached: Session, device: Device, transport: str)
     assert Session(device.channel).version().msize == 8192
 
 
+@pytest.mark.slow
 @pytest.mark.qemu_bug(
     fixed_in=(),
     reason="requests beyond the 128 the server serves at once wait for another notification: "
@@ -176,6 +178,7 @@ def test_ring_beyond_slots(attached: Session, device: Device, transport: str) ->
     assert left == 0, f"{left} of {len(burst)} requests never served after their one notification"
 
 
+@pytest.mark.slow
 @case_path("ring/recycle/{transport}", backends=["synth"], transport=TRANSPORTS)
 def test_ring_recycle(attached: Session, device: Device, transport: str) -> None:
     """Sequential requests in one session, ten times 128 and at least twice round the queue:

@@ -80,6 +80,7 @@ def run_case(place: Place, backend: str, limit: int | None) -> None:
         assert "user.test_exceed" not in os.listxattr(place.host_path("WRITE"))
 
 
+@pytest.mark.slow
 @pytest.mark.qemu_feature("max_xattr")
 @pytest.mark.qemu_feature("synth_xattr", when={"backend": "synth"})
 @case_path("xattr_limit/default")
@@ -96,6 +97,7 @@ def test_xattr_limit_custom(place: Place, backend: str) -> None:
     run_case(place, backend, 100)
 
 
+@pytest.mark.slow
 @pytest.mark.fsdev(max_xattr=0)
 @pytest.mark.qemu_feature("synth_xattr", when={"backend": "synth"})
 @case_path("xattr_limit/unlimited")
