@@ -38,7 +38,7 @@ CASES = textwrap.dedent(
 def test_sessions_of_finished_cases_are_let_go(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
     """The passing case's session and the failing one's (held by its traceback too) are freed
     before the next case: the third case finds both weak references dead."""
-    proc = run_pytest(tmp_path, qemu_under_test, "-p", "no:randomly", source=CASES)
+    proc = run_pytest(tmp_path, qemu_under_test, source=CASES)
     out, _ = proc.communicate(timeout=120)
     assert "fails on purpose" in out, out
     assert "1 failed, 2 passed" in out, out
