@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from fixtures.case_path import declares_any
 from fixtures.devices import QemuUnderTest
 from harness.qemu.qemu_suite import QEMU_72_CASES, qemu_cases
 from tests.subrun import PROJECT
@@ -41,6 +42,22 @@ def test_qemu_suite_option_selects_exactly_qemus_cases_in_qemus_order(qemu_under
     assert sorted(node.rsplit("[", 1)[1].rstrip("]") for node in walks) == sorted(
         name for name in suite if "walk" in name
     )
+
+
+def test_qemu_suite_skips_exactly_the_modules_without_one_of_its_cases() -> None:
+    """Under --qemu-suite a case module is imported only if its @case_path templates match one of
+    QEMU's names (fixtures/devices.py, pytest_ignore_collect): a whole collection finds those cases
+    in exactly the modules the templates point to, on every version's list."""
+    for version in ("7.2.22", "11.1.50"):
+        names = qemu_cases(version)
+        holding = {node.split("::")[0] for node in collected_ids() if node.rsplit("[", 1)[1].rstrip("]") in names}
+        pointed = {
+            f"cases/{path.name}"
+            for path in (PROJECT / "cases").glob("test_*.py")
+            if declares_any(path.read_text(), names)
+        }
+        assert pointed == holding, f"templates point to {sorted(pointed - holding)}, miss {sorted(holding - pointed)}"
+        assert len(holding) >= 13
 
 
 def test_the_suite_of_each_version() -> None:
