@@ -60,6 +60,14 @@ def test_qemu_suite_skips_exactly_the_modules_without_one_of_its_cases() -> None
         assert len(holding) >= 13
 
 
+def test_a_template_names_a_case_with_any_value_in_its_placeholders() -> None:
+    split = '@case_path(\n    "readdir/split_{count}", count=[512])'
+    assert declares_any(split, ["synth/readdir/split_512"]) and declares_any(split, ["local/readdir/split_x"])
+    assert not declares_any(split, ["synth/readdir/basic", "synth/readdir_split_512"])
+    assert declares_any('@case_path("walk/basic")', ["synth/walk/none", "local/walk/basic"])
+    assert not declares_any('@case_path("walk/basic_more")', ["synth/walk/basic"])
+
+
 def test_the_suite_of_each_version() -> None:
     assert qemu_cases("7.2.22") == QEMU_72_CASES
     assert qemu_cases("11.1.50")[17:20] == tuple(f"synth/xattr_limit/{k}" for k in ("default", "custom", "unlimited"))
