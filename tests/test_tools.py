@@ -18,6 +18,7 @@ import pytest
 
 from fixtures.devices import QemuUnderTest
 from harness.p9.trace import reseal
+from harness.qemu import provision
 from harness.tools import bench
 from harness.tools.repl import Repl
 from tests.subrun import PROJECT, default_signals, run_pytest, table_rows
@@ -97,7 +98,8 @@ CRASH = textwrap.dedent(
         attached.rpc(Tlock(fid=fid, type=1, flags=0, start=0, length=0, proc_id=1, client_id="c"))
     """
 )
-OLD_QEMU = Path.home() / ".cache" / "virtio9p-harness" / "qemu-7.2.22" / "qemu-system-x86_64"
+#: bookworm's 7.2.22 as `python -m harness qemu build bookworm` caches it (.ci/run builds it)
+OLD_QEMU = provision.cached_build(origin="bookworm") or Path("/nonexistent/qemu-7.2")
 
 
 def _crash_reproducer(tmp_path: Path, qemu_under_test: QemuUnderTest) -> Path:
