@@ -16,7 +16,7 @@ import pytest
 
 from fixtures.devices import QemuUnderTest
 from harness.errors import HarnessError
-from harness.qemu import provision
+from harness.qemu import cpu_idle, provision
 from harness.tools import bench
 from tests.subrun import PROJECT, table_rows
 
@@ -120,9 +120,12 @@ def test_whole_suite_table_says_where_the_cpu_time_went() -> None:
 def test_the_machine_line_says_how_much_cpu_time_the_host_stole(monkeypatch: pytest.MonkeyPatch) -> None:
     """Steal since the bench began, in percent of all CPU time: the host's share, not ours."""
     real = bench._cpu_ticks
+    monkeypatch.setattr(cpu_idle, "state", lambda: "")  # a host whose idle request cannot be read
     monkeypatch.setattr(bench, "_TICKS_AT_START", (1000, 50))
     monkeypatch.setattr(bench, "_cpu_ticks", lambda: (3000, 550))
     assert bench._load().endswith(", 25% of CPU time stolen by the host")
+    monkeypatch.setattr(cpu_idle, "state", lambda: "idle CPUs may halt")
+    assert bench._load().endswith(", 25% of CPU time stolen by the host, idle CPUs may halt")
     monkeypatch.setattr(bench, "_cpu_ticks", lambda: None)  # no /proc/stat: the load average alone
     assert bench._load().startswith("load average ") and "stolen" not in bench._load()
     ticks = real()  # this machine's own, read for real

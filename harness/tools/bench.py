@@ -42,7 +42,7 @@ from harness.p9.load import keep_in_flight
 from harness.p9.messages import Rgetattr, Rreaddir, Tgetattr, Tread, Treaddir, Tstatfs, Twrite
 from harness.p9.session import Pending, Session
 from harness.p9.wire import TMessage
-from harness.qemu import provision
+from harness.qemu import cpu_idle, provision
 from harness.qemu.machine import (
     FsConfig,
     GuestMemoryMode,
@@ -652,10 +652,11 @@ def _load() -> str:
     one, five, _ = os.getloadavg()
     load = f"load average {one:.2f} (1 min), {five:.2f} (5 min)"
     now = _cpu_ticks()
-    if now is None or _TICKS_AT_START is None or now[0] <= _TICKS_AT_START[0]:
-        return load
-    stolen = (now[1] - _TICKS_AT_START[1]) / (now[0] - _TICKS_AT_START[0])
-    return f"{load}, {100 * stolen:.0f}% of CPU time stolen by the host"
+    if now is not None and _TICKS_AT_START is not None and now[0] > _TICKS_AT_START[0]:
+        stolen = (now[1] - _TICKS_AT_START[1]) / (now[0] - _TICKS_AT_START[0])
+        load += f", {100 * stolen:.0f}% of CPU time stolen by the host"
+    idle = cpu_idle.state()
+    return f"{load}, {idle}" if idle else load
 
 
 def plot(tables: list[Table], variants: list[Variant], path: Path) -> None:

@@ -49,7 +49,15 @@ def _add_bench(sub: Any) -> None:
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
 
+    def idle(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--allow-idle", action="store_true",
+            help="let idle CPUs halt; by default the bench holds the CPU latency QoS at 0 (needs root) so that "
+            "a wake-up of QEMU or of the harness does not wait for a CPU to leave its idle state",
+        )  # fmt: skip
+
     def common(parser: argparse.ArgumentParser) -> None:
+        idle(parser)
         parser.add_argument("--qemu", action="append", help="a binary to measure (repeat to compare: B/A per row)")
         parser.add_argument("--qemu-binary", help="the same as one --qemu")
         parser.add_argument(
@@ -96,6 +104,7 @@ def _add_bench(sub: Any) -> None:
         "default resident payloads (written into guest memory once, in one descriptor and in 4 KiB pages)",
     )  # fmt: skip
     suite = bench_sub.add_parser("suite", help="QEMU's 27 cases: our pytest run against QEMU's qos-test")
+    idle(suite)
     suite.add_argument("--qemu-binary")
     suite.add_argument("--rounds", type=int, help="rounds per runner, interleaved (default 5; with --whole 1)")
     suite.add_argument("--json", help="write the measurements to this file")
@@ -235,14 +244,13 @@ def _dispatch(args: argparse.Namespace) -> int:
         from harness.tools.doctor import doctor
 
         return doctor(args.qemu_binary)
-    if args.command == "bench" and args.bench in ("rtt", "readdir", "io"):
-        return _bench(args)
-    if args.command == "bench" and args.bench == "suite":
-        from harness.tools.bench import bench_suite, bench_whole_suite
+    if args.command == "bench":
+        from harness.qemu.cpu_idle import cpus_kept_awake
 
-        if args.whole:
-            return bench_whole_suite(args.qemu_binary, args.rounds or 1, args.json)
-        return bench_suite(args.qemu_binary, args.rounds or 5, args.json)
+        with cpus_kept_awake(not args.allow_idle) as unheld:
+            if unheld is not None and not args.allow_idle:
+                print(f"bench: idle CPUs may halt ({unheld}): the figures include their wake-ups", file=sys.stderr)
+            return _bench_kind(args)
     if args.command == "repl":
         from harness.tools.repl import repl as run_repl
 
@@ -316,6 +324,16 @@ def _qemu(args: argparse.Namespace) -> int:
     ]
     print(tabulate(rows, headers=("origin", "QEMU", "variant", "build s", "qos-test", "binary"), tablefmt="github"))
     return 0
+
+
+def _bench_kind(args: argparse.Namespace) -> int:
+    if args.bench == "suite":
+        from harness.tools.bench import bench_suite, bench_whole_suite
+
+        if args.whole:
+            return bench_whole_suite(args.qemu_binary, args.rounds or 1, args.json)
+        return bench_suite(args.qemu_binary, args.rounds or 5, args.json)
+    return _bench(args)
 
 
 def _bench(args: argparse.Namespace) -> int:
