@@ -136,6 +136,7 @@ def test_doctor_sees_the_synth_tree(qemu_under_test: QemuUnderTest) -> None:
     rows = dict(row[:2] for row in table_rows(run("doctor", "--qemu-binary", str(qemu_under_test.binary))))
     assert rows["qtest accelerator"] == "yes"
     assert rows["synth test tree"] == "yes (walked to LOPEN)"
+    assert rows["idle CPUs"].startswith(cpu_idle.how_cpus_idle() + "; ")
 
 
 def test_io_check_finds_a_byte_written_at_the_wrong_place(tmp_path: Path) -> None:

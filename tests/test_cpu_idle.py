@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.devices import QemuUnderTest
-from harness.qemu.cpu_idle import LATENCY_QOS, cpus_kept_awake, state
+from harness.qemu.cpu_idle import LATENCY_QOS, cpus_kept_awake, how_cpus_idle, state
 from tests.subrun import run_pytest
 
 
@@ -57,3 +57,12 @@ def test_a_run_with_the_option_says_it_holds(tmp_path: Path, qemu_under_test: Qe
         output, _ = run.communicate(timeout=60)
         assert run.returncode == 0, output
         assert ("idle CPUs kept polling" in output) == said, output
+
+
+def test_how_idle_cpus_wait_is_read_from_sysfs(tmp_path: Path) -> None:
+    (tmp_path / "current_driver").write_text("haltpoll\n")
+    (tmp_path / "poll_ns").write_text("0\n")
+    assert how_cpus_idle(tmp_path, tmp_path / "poll_ns") == "haltpoll, polling 0 ns before halting"
+    (tmp_path / "current_driver").write_text("intel_idle\n")
+    assert how_cpus_idle(tmp_path, tmp_path / "poll_ns") == "intel_idle"
+    assert how_cpus_idle(tmp_path / "none") == "no cpuidle driver"

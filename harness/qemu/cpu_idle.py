@@ -23,6 +23,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 LATENCY_QOS = Path("/dev/cpu_dma_latency")
+CPUIDLE = Path("/sys/devices/system/cpu/cpuidle")
+#: how long an idle vCPU polls before it halts, under the haltpoll driver (0: it halts at once)
+HALT_POLL_NS = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
 _VALUE = struct.Struct("<i")
 
 
@@ -60,3 +63,16 @@ def state(device: Path = LATENCY_QOS) -> str:
     if microseconds == 0:
         return "idle CPUs kept polling (CPU latency QoS 0 µs)"
     return "idle CPUs may halt"
+
+
+def how_cpus_idle(cpuidle: Path = CPUIDLE, halt_poll_ns: Path = HALT_POLL_NS) -> str:
+    """The idle driver and, under haltpoll (a VM guest's), how long a vCPU polls before halting:
+    what ``doctor`` shows, since it decides what a wake-up costs here."""
+    try:
+        driver = (cpuidle / "current_driver").read_text().strip()
+    except OSError:
+        return "no cpuidle driver"
+    if driver == "haltpoll":
+        with contextlib.suppress(OSError, ValueError):
+            driver += f", polling {int(halt_poll_ns.read_text())} ns before halting"
+    return driver

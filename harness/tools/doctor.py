@@ -15,7 +15,7 @@ from tabulate import tabulate
 
 from harness.errors import HarnessError
 from harness.qemu import build as qemu_build
-from harness.qemu import provision
+from harness.qemu import cpu_idle, provision
 from harness.qemu.machine import MachineConfig
 from harness.tools.connect import connect
 
@@ -60,6 +60,8 @@ def doctor(explicit: str | None) -> int:
             version = "not installed"
         rows.append((package, version))
     rows.append(("python", platform.python_version()))
+    idle = f"{cpu_idle.how_cpus_idle()}; {cpu_idle.state() or 'the CPU latency request is unreadable (not root)'}"
+    rows.append(("idle CPUs", f"{idle} (benches hold them polling; pytest --keep-cpus-awake)"))
     rows.append(("build cache", str(provision.cache_root())))
     for build in qemu_build.builds(provision.cache_root()):
         default = " (the default)" if build.origin == qemu_build.DEFAULT_ORIGIN else ""
