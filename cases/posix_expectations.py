@@ -1,7 +1,8 @@
 """What pjdfstest's checks come to on the mount, classified: the ``.t`` files, and each check that
 fails for a reason that is not a server defect (docs/posix.md tabulates them with the reasons).
 
-Classified on pjdfstest 85a8aea (the tarball's commit) against 7.2.22, 10.0.13 and master.
+Classified on pjdfstest 85a8aea (the tarball's commit) against 7.2.22, 10.0.13 and master; 9.0.4 added
+unlink/14.t's known bug.
 """
 
 from __future__ import annotations
@@ -40,4 +41,12 @@ MKNOD_REASON = (
     "the .t makes a FIFO, socket or device node with mkfifo(2)/mknod(2), and under passthrough QEMU answers "
     "the Tmknod ENXIO (the CVE-2023-2861 fix refused every special file; docs/reproducers/"
     "local_posix_pjdfstest_mkfifo_00_passthrough is mkfifo/00.t's conversation cut after its first mkfifo)"
+)
+#: The .t files that fstat(2) a file they opened and then unlinked: QEMU before the
+#: GETATTR_OPEN_FID fix answers that Tgetattr by the fid's path. Read off 9.0.4's run.
+GETATTR_PJDFSTEST = ("unlink/14",)
+GETATTR_REASON = (
+    "the .t fstat()s a file it opened and then unlinked (unlink/14.t's check 4: nlink 0), and QEMU answers "
+    "the Tgetattr by the fid's path, which is gone: ENOENT (QEMU GitLab #103; local/unlinked_open_file/getattr "
+    "is the same bug in one Tgetattr)"
 )

@@ -23,6 +23,8 @@ import pytest
 
 from cases.posix_expectations import (
     BRIDGE,
+    GETATTR_PJDFSTEST,
+    GETATTR_REASON,
     MKNOD_PJDFSTEST,
     MKNOD_REASON,
     MODELS,
@@ -41,6 +43,9 @@ T_TIMEOUT = 600.0
 @pytest.mark.qemu_bug(
     fixed_in=versions.MKNOD_SPECIAL, reason=MKNOD_REASON, raises=PjdfstestFailed,
     when={"t": MKNOD_PJDFSTEST, "security_model": "passthrough"},
+)  # fmt: skip
+@pytest.mark.qemu_bug(
+    fixed_in=versions.GETATTR_OPEN_FID, reason=GETATTR_REASON, raises=PjdfstestFailed, when={"t": GETATTR_PJDFSTEST},
 )  # fmt: skip
 @case_path("posix/pjdfstest/{t}/{security_model}", backends=["local"], t=PJDFSTEST_FILES, security_model=MODELS)
 def test_pjdfstest(t: str, security_model: str, posix_mount: Mount, pjdfstest_tree: Path) -> None:
