@@ -18,9 +18,10 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.errors import HarnessError, HarnessMisuse
 from harness.fuse.watcher import mounted
@@ -36,6 +37,8 @@ from harness.virtio.driver import Driver
 DEFAULT_MSIZE = 512 << 10
 #: How often the mount looks for a QEMU that died while no request was out (seconds).
 QEMU_CHECK = 0.5
+#: the signals that stop the mount: Ctrl-C, a supervisor's SIGTERM, a closed terminal's SIGHUP
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: Exit statuses: 0 stopped as asked (Ctrl-C, SIGTERM), 1 QEMU died or the harness failed, 130
 #: stopped before the mount was up.
 STOPPED, FAILED, INTERRUPTED = 0, 1, 130
@@ -74,7 +77,7 @@ def require_fuse() -> None:
 def run(options: MountOptions) -> int:
     require_fuse()
     logging.basicConfig(format="mount: %(levelname)s: %(message)s")
-    for signum in (signal.SIGTERM, signal.SIGHUP):  # before the mount is up: as Ctrl-C, undoing what is done
+    for signum in STOP_SIGNALS[1:]:  # before the mount is up: as Ctrl-C, undoing what is done
         signal.signal(signum, _interrupt)
     mountpoint = options.mountpoint.resolve()
     if not mountpoint.is_dir():
@@ -152,17 +155,18 @@ def _serve(machine: Machine, session: Session, mountpoint: Path, options: MountO
     bridge.attach_root()
     fuse_options = set(pyfuse3.default_options) | {"allow_other", "fsname=v9p-harness", "subtype=9p"}
     pyfuse3.init(bridge, str(mountpoint), fuse_options)
-    try:
-        print(f"mounted QEMU {version} ({options.backend}"
+    banner = (f"mounted QEMU {version} ({options.backend}"
               f"{', ' + options.security_model if options.backend == 'local' else ''}, msize {session.msize}) "
-              f"on {mountpoint}; pid {os.getpid()}, QEMU pid {machine.pid}", flush=True)  # fmt: skip
-        trio.run(_main, machine, failure)
+              f"on {mountpoint}; pid {os.getpid()}, QEMU pid {machine.pid}")  # fmt: skip
+    try:
+        early = _kept_for_trio()
+        trio.run(_main, machine, failure, banner, early)
     except KeyboardInterrupt:  # a second Ctrl-C while the first was being acted on: the same request
         pass
     finally:
         # from here on, cleaning up: a second Ctrl-C or SIGTERM (a terminal's, a supervisor's
         # forwarded one) must not cut it short and leave the mount behind
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for signum in STOP_SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
         pyfuse3.close(unmount=True)
     if failure:
@@ -178,7 +182,36 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-async def _main(machine: Machine, failure: list[BaseException]) -> None:
+def _kept_for_trio() -> list[int]:
+    """From here until :func:`_stop_on_signal` listens, a stop signal is only noted, in the list
+    returned. Raised as KeyboardInterrupt it would land inside trio's start-up, which then fails
+    with TrioInternalError (exit 1, a SIGTERM at once after the banner met it under load)."""
+    early: list[int] = []
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, lambda signum, frame: early.append(signum))
+    return early
+
+
+async def _stop_on_signal(cancel_scope: Any, banner: str, early: list[int]) -> None:
+    """Print the banner once every stop signal comes here, then cancel ``cancel_scope`` at the first
+    one, or at once for one that came while trio started (``early``)."""
+    import trio
+
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        print(banner, flush=True)  # what users and the fixture wait for: a stop from now on is clean
+        async for signum in _early_then(early, signals):  # the first stops the mount; a later one, the same
+            print(f"{signal.Signals(signum).name}: unmounting", file=sys.stderr, flush=True)
+            cancel_scope.cancel()
+
+
+async def _early_then(early: list[int], signals: AsyncIterator[int]) -> AsyncIterator[int]:
+    for signum in early:
+        yield signum
+    async for signum in signals:
+        yield signum
+
+
+async def _main(machine: Machine, failure: list[BaseException], banner: str, early: list[int]) -> None:
     import pyfuse3
     import trio
 
@@ -192,14 +225,8 @@ async def _main(machine: Machine, failure: list[BaseException]) -> None:
                 failure.append(HarnessError(f"QEMU exited ({machine.exit_status})"))
             nursery.cancel_scope.cancel()
 
-        async def stop_on_signal() -> None:
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
-                async for signum in signals:  # the first one stops the mount; any later one is the same wish
-                    print(f"{signal.Signals(signum).name}: unmounting", file=sys.stderr, flush=True)
-                    nursery.cancel_scope.cancel()
-
         nursery.start_soon(watch_qemu)
-        nursery.start_soon(stop_on_signal)
+        nursery.start_soon(_stop_on_signal, nursery.cancel_scope, banner, early)
 
 
 def _export_header(fs: SynthFs | LocalFs) -> dict[str, str]:
