@@ -15,7 +15,7 @@ from fixtures.expect import expect_rlerror
 from fixtures.place import Place
 from harness.errors import P9Rlerror
 from harness.p9 import wire
-from harness.p9.messages import Tsetattr
+from harness.p9.messages import Rgetattr, Tsetattr
 from harness.qemu import versions
 
 SETATTR_SIZE = 0x8  # P9_SETATTR_SIZE
@@ -132,12 +132,7 @@ def test_getattr_after_unlink(place: Place) -> None:
     the fid after the unlink, the same qid path and type (its version follows mtime and size) and
     the same mode, a regular file's."""
     p9 = place.session
-    dfid = place.make_file("09", "doa_file")
-    opened = p9.walk_fid(place.fid, ["09", "doa_file"])
-    before = p9.getattr(opened)
-    p9.lopen(opened, os.O_RDWR)
-    p9.unlinkat(dfid, "doa_file")
-    p9.clunk(dfid)
+    opened, before = opened_then_unlinked(place, os.O_RDWR)
     try:
         assert p9.write(opened, 0, b"x" * 3001).count == 3001
         after = p9.getattr(opened)
@@ -158,14 +153,23 @@ def test_getattr_after_unlink(place: Place) -> None:
 def test_use_after_unlink_truncate(place: Place) -> None:
     """As QEMU's own local/use_after_unlink since 10.1: an open, unlinked file is truncated to 2001
     bytes through its fid, and Tgetattr says so."""
+    opened, _ = opened_then_unlinked(place, os.O_WRONLY)
+    assert place.session.write(opened, 0, bytes(4096)).count == 4096
+    truncate_after_unlink(place, opened)
+
+
+def opened_then_unlinked(place: Place, flags: int) -> tuple[int, Rgetattr]:
+    """A new file's fid, opened with ``flags`` and then unlinked by name (gone from the host), and
+    its Tgetattr from before the open."""
     p9 = place.session
     dfid = place.make_file("09", "doa_file")
     opened = p9.walk_fid(place.fid, ["09", "doa_file"])
-    p9.lopen(opened, os.O_WRONLY)
+    before = p9.getattr(opened)
+    p9.lopen(opened, flags)
     p9.unlinkat(dfid, "doa_file")
     p9.clunk(dfid)
-    assert p9.write(opened, 0, bytes(4096)).count == 4096
-    truncate_after_unlink(place, opened)
+    assert not place.host_path("09", "doa_file").exists()
+    return opened, before
 
 
 def truncate_after_unlink(place: Place, opened: int) -> None:
