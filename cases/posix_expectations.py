@@ -2,7 +2,7 @@
 fails for a reason that is not a server defect (docs/posix.md tabulates them with the reasons).
 
 Classified on pjdfstest 85a8aea (the tarball's commit) against 7.2.22, 10.0.13 and master; 9.0.4 added
-unlink/14.t's known bug.
+the known bug of unlink/14.t and stress-ng --seek.
 """
 
 from __future__ import annotations
@@ -42,11 +42,14 @@ MKNOD_REASON = (
     "the Tmknod ENXIO (the CVE-2023-2861 fix refused every special file; docs/reproducers/"
     "local_posix_pjdfstest_mkfifo_00_passthrough is mkfifo/00.t's conversation cut after its first mkfifo)"
 )
-#: The .t files that fstat(2) a file they opened and then unlinked: QEMU before the
-#: GETATTR_OPEN_FID fix answers that Tgetattr by the fid's path. Read off 9.0.4's run.
+#: The .t files and stress-ng stressors that ask for the attributes of a file they opened and then
+#: unlinked: QEMU before the GETATTR_OPEN_FID fix answers that Tgetattr by the fid's path. Read off
+#: 9.0.4's run.
 GETATTR_PJDFSTEST = ("unlink/14",)
+GETATTR_STRESSORS = ("seek",)
 GETATTR_REASON = (
-    "the .t fstat()s a file it opened and then unlinked (unlink/14.t's check 4: nlink 0), and QEMU answers "
-    "the Tgetattr by the fid's path, which is gone: ENOENT (QEMU GitLab #103; local/unlinked_open_file/getattr "
-    "is the same bug in one Tgetattr)"
+    "the program asks for the attributes of a file it opened and then unlinked (pjdfstest unlink/14.t's check "
+    "4, an fstat(); stress-ng --seek unlinks its file at once, and lseek(SEEK_END) asks FUSE for the size), "
+    "and QEMU answers the Tgetattr by the fid's path, which is gone: ENOENT (QEMU GitLab #103; "
+    "local/unlinked_open_file/getattr is the same bug in one Tgetattr)"
 )

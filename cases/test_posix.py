@@ -25,6 +25,7 @@ from cases.posix_expectations import (
     BRIDGE,
     GETATTR_PJDFSTEST,
     GETATTR_REASON,
+    GETATTR_STRESSORS,
     MKNOD_PJDFSTEST,
     MKNOD_REASON,
     MODELS,
@@ -101,6 +102,10 @@ def bogo_ops(output: str, stressor: str) -> int:
 
 @pytest.mark.slow
 @pytest.mark.trace_limit(STRESS_TRACE)
+@pytest.mark.qemu_bug(
+    fixed_in=versions.GETATTR_OPEN_FID, reason=GETATTR_REASON, raises=AssertionError,
+    when={"stressor": GETATTR_STRESSORS},
+)  # fmt: skip
 @case_path("posix/stress/stress-ng/{stressor}/{security_model}", backends=["local"], stressor=STRESSORS,
            security_model=MODELS)  # fmt: skip
 def test_stress_ng(stressor: str, security_model: str, posix_mount: Mount, request: pytest.FixtureRequest,
