@@ -8,7 +8,10 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
+import pytest
+
 from fixtures.case_path import case_path
+from fixtures.expect import UnexpectedReply
 from fixtures.place import Place
 from fixtures.refusal import FREE, UNKNOWN, Refusal, refused
 from harness.p9 import wire
@@ -25,6 +28,7 @@ from harness.p9.messages import (
     Txattrwalk,
     twstat,
 )
+from harness.qemu import versions
 
 #: 9P2000.L: name -> the request and its errno
 REFUSED_DOTL: dict[str, Refusal] = {
@@ -102,6 +106,13 @@ def populate(host: Path) -> None:
     (host / "d").mkdir()
 
 
+@pytest.mark.qemu_bug(
+    fixed_in=versions.READDIR_DIR_FID,
+    when={"message": "readdir/not_opened"},
+    reason="v9fs_readdir() checks only that the fid has a directory stream, not that it was opened as a "
+    "directory: EINVAL (on a fid opened as a file, the same missing check crashes QEMU: readdir/on_file_fid)",
+    raises=UnexpectedReply,
+)
 @case_path("refused/{message}", backends=["local"], dialect=[wire.DOTL], message=list(REFUSED_DOTL))
 def test_refused_request(place: Place, dialect: str, message: str) -> None:
     """9P2000.L: each refusal with its errno, and nothing changed."""

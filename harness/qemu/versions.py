@@ -44,6 +44,9 @@ WSTAT_NAME_CHECK = ("10.0.11", "10.2.4", "11.0.2", "11.1.0")
 #: Tgetattr on an fid with an open handle stats its fd, so it works after the name is unlinked
 #: (GitLab #103; QEMU's local/use_after_unlink came with it): c81e7219e0
 GETATTR_OPEN_FID = ("7.2.16", "8.2.9", "9.1.3", "9.2.0")
+#: Treaddir checks that the fid was opened as a directory: ENOTDIR with a "bad client" warning
+#: (before: a file's descriptor was used as a DIR*, SIGSEGV; an unopened fid got EINVAL): 042b4ebfd2
+READDIR_DIR_FID = ("7.2.15", "8.2.8", "9.0.4", "9.1.2", "9.2.0")
 #: Tmknod of a FIFO or socket works again (regression of the CVE-2023-2861 fix): d06a9d843f
 MKNOD_SPECIAL = ("8.2.9", "9.1.3", "9.2.1", "10.0.0")
 #: synth refuses Trenameat before the backend (EOPNOTSUPP, was synth_renameat's EPERM): b72d15f47c
