@@ -77,7 +77,9 @@ def require_fuse() -> None:
 def run(options: MountOptions) -> int:
     require_fuse()
     logging.basicConfig(format="mount: %(levelname)s: %(message)s")
-    for signum in STOP_SIGNALS[1:]:  # before the mount is up: as Ctrl-C, undoing what is done
+    # before the mount is up, SIGTERM and SIGHUP act as Ctrl-C (whose KeyboardInterrupt is Python's
+    # default), undoing what is done
+    for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
     mountpoint = options.mountpoint.resolve()
     if not mountpoint.is_dir():
