@@ -135,6 +135,27 @@ def test_the_machine_line_says_how_much_cpu_time_the_host_stole(monkeypatch: pyt
     assert ticks is None or 0 <= ticks[1] <= ticks[0]
 
 
+def test_a_bench_whose_host_stole_cpu_time_says_its_figures_are_no_verdict(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """From 5% of all CPU time stolen on, the bench warns on stderr, after its table; below that,
+    or with no /proc/stat, it says nothing more than its machine line."""
+    monkeypatch.setattr(bench, "_TICKS_AT_START", (1000, 50))
+    monkeypatch.setattr(bench, "_cpu_ticks", lambda: (3000, 150))  # 100 of 2000 ticks: 5%
+    data = {"title": "t", "baseline": "a", "times": {"a": [1.0]}, "outcomes": {"a": "1 passed"}}
+    assert bench._suite_report(data, None) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("t\n") and err == (
+        "warning: the host took 5% of this machine's CPU time during the bench (steal, /proc/stat). It falls on "
+        "some rounds and variants more than on others, so these figures are no verdict: run again when the host "
+        "is quieter.\n"
+    )
+    monkeypatch.setattr(bench, "_cpu_ticks", lambda: (3000, 149))  # just under 5%
+    assert bench.steal_warning() is None
+    monkeypatch.setattr(bench, "_cpu_ticks", lambda: None)
+    assert bench.steal_warning() is None
+
+
 def test_doctor_sees_the_synth_tree(qemu_under_test: QemuUnderTest) -> None:
     rows = dict(row[:2] for row in table_rows(run("doctor", "--qemu-binary", str(qemu_under_test.binary))))
     assert rows["qtest accelerator"] == "yes"

@@ -611,6 +611,7 @@ def present(results: dict[Variant, list[Table]], json_path: str | None, plot_pat
     if plot_path:
         plot([merged(results[v]) for v in variants], variants, Path(plot_path))
         print(f"wrote {plot_path}")
+    _warn_of_steal()
 
 
 def text_of_json(path: Path) -> str:
@@ -644,6 +645,15 @@ def _cpu_ticks() -> tuple[int, int] | None:
 _TICKS_AT_START = _cpu_ticks()
 
 
+def _stolen() -> float | None:
+    """The share of all CPU time the host took away since the bench began (steal); None where
+    /proc/stat cannot say."""
+    now = _cpu_ticks()
+    if now is None or _TICKS_AT_START is None or now[0] <= _TICKS_AT_START[0]:
+        return None
+    return (now[1] - _TICKS_AT_START[1]) / (now[0] - _TICKS_AT_START[0])
+
+
 def _load() -> str:
     """The machine's load when the bench ended: what else was running, roughly, and how much CPU
     time the host took away meanwhile. On a virtual machine that is the number to look at first:
@@ -651,12 +661,35 @@ def _load() -> str:
     800-2,000/s with 42% of its CPU time stolen."""
     one, five, _ = os.getloadavg()
     load = f"load average {one:.2f} (1 min), {five:.2f} (5 min)"
-    now = _cpu_ticks()
-    if now is not None and _TICKS_AT_START is not None and now[0] > _TICKS_AT_START[0]:
-        stolen = (now[1] - _TICKS_AT_START[1]) / (now[0] - _TICKS_AT_START[0])
+    stolen = _stolen()
+    if stolen is not None:
         load += f", {100 * stolen:.0f}% of CPU time stolen by the host"
     idle = cpu_idle.state()
     return f"{load}, {idle}" if idle else load
+
+
+#: Steal from this share of CPU time on makes a bench say that its figures are no verdict. A run
+#: with 11% stolen measured the shared path's sequential load generator at 4,207/s, median of 3
+#: rounds from 2,857 to 13,786, where a run with 2% stolen an hour before had 15,573 (13,550-16,802).
+STEAL_WARNING = 0.05
+
+
+def steal_warning() -> str | None:
+    """What to tell the reader when the host took enough CPU time to make the figures its own."""
+    stolen = _stolen()
+    if stolen is None or stolen < STEAL_WARNING:
+        return None
+    return (
+        f"warning: the host took {100 * stolen:.0f}% of this machine's CPU time during the bench (steal, "
+        "/proc/stat). It falls on some rounds and variants more than on others, so these figures are no "
+        "verdict: run again when the host is quieter."
+    )
+
+
+def _warn_of_steal() -> None:
+    warning = steal_warning()
+    if warning:
+        print(warning, file=sys.stderr)
 
 
 def plot(tables: list[Table], variants: list[Variant], path: Path) -> None:
@@ -766,6 +799,7 @@ def _suite_report(data: dict[str, Any], json_path: str | None) -> int:
     if json_path:
         Path(json_path).write_text(json.dumps(data, indent=1) + "\n")
         print(f"wrote {json_path}")
+    _warn_of_steal()
     return 0
 
 
