@@ -16,7 +16,7 @@ import pytest
 
 from fixtures.devices import QemuUnderTest
 from harness.errors import HarnessError
-from harness.qemu import cpu_idle, provision
+from harness.qemu import cpu_idle, provision, versions
 from harness.tools import bench
 from tests.subrun import PROJECT, table_rows
 
@@ -99,6 +99,22 @@ def test_bench_suite_runs_both_suites(qemu_under_test: QemuUnderTest) -> None:
     assert float(rows[0][-1]) == 1.0 and float(rows[1][-1]) > 0
     # pytest's import is a part of each of our runs: below every one of them
     assert all(float(rows[-1][3]) < float(row[3]) for row in rows[1:-1])
+
+
+def test_bench_io_moves_payloads_of_the_msize_in_use_not_the_one_asked_for(qemu_under_test: QemuUnderTest) -> None:
+    """An msize beyond what the server grants, or beyond what a chain of 4 KiB pages can carry, is
+    capped as Linux's client caps it, and the row says what was used: sized from the msize asked
+    for, the payloads went past the grant of a QEMU with the cap and stopped the device."""
+    asked = 8 << 20
+    out = run("bench", "io", "--size", "9", "--msize", str(asked), "--rounds", "1",
+              "--qemu-binary", str(qemu_under_test.binary))  # fmt: skip
+    rows = {row[0]: row for row in table_rows(out)}
+    granted = bench.PAGED_MSIZE_MAX if versions.has(qemu_under_test.probe.version, versions.MSIZE_CAP) else asked
+    assert {path: (int(row[1]), int(row[2])) for path, row in rows.items()} == {
+        "resident": (asked, granted),
+        "resident, 4 KiB pages": (asked, bench.PAGED_MSIZE_MAX),
+    }
+    assert all(float(row[4]) > 0 and float(row[5]) > 0 for row in rows.values())  # write and read MB/s
 
 
 def test_whole_suite_table_says_where_the_cpu_time_went() -> None:
