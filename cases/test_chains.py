@@ -19,10 +19,9 @@ from harness.p9 import wire
 from harness.p9.channel import ChainLayout
 from harness.p9.messages import Rgetattr, Rread, Tgetattr, Tread, Twrite
 from harness.p9.session import Pending, Session
-from harness.virtio.virtqueue import Buffer
+from harness.virtio.virtqueue import VIRTQUEUE_MAX_SIZE, Buffer
 
 TRANSPORTS = ["modern", "legacy"]
-VIRTQUEUE_MAX_SIZE = 1024
 #: Twrite's fixed part: size, type, tag, fid, offset, count.
 TWRITE_HEADER = 23
 LAYOUTS = {

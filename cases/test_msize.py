@@ -17,13 +17,12 @@ from fixtures.place import Place
 from fixtures.pool import Device
 from harness.errors import DeviceNeedsReset
 from harness.p9 import wire
-from harness.p9.channel import ChainLayout
+from harness.p9.channel import VIRTIO_MSIZE_LIMIT, ChainLayout
 from harness.p9.messages import Tgetattr, Tread, Tversion, Twrite
 from harness.p9.session import Pending, Session
 from harness.qemu import versions
 
-VIRTIO_LIMIT = (1024 - 2) * 4096
-SIZES = [512 * 1024, 1 << 20, 2 << 20, VIRTIO_LIMIT]
+SIZES = [512 * 1024, 1 << 20, 2 << 20, VIRTIO_MSIZE_LIMIT]
 PAGES = ChainLayout(out_segments=(wire.IOHDRSZ - 1,) + (4096,) * 1100, in_segment=4096, indirect=True)
 
 
@@ -66,7 +65,10 @@ def test_large_msize(place: Place, transport: str, msize: int) -> None:
 
 
 @case_path(
-    "msize/pages/{transport}/{msize}", backends=["local"], transport=["modern", "legacy"], msize=[1 << 20, VIRTIO_LIMIT]
+    "msize/pages/{transport}/{msize}",
+    backends=["local"],
+    transport=["modern", "legacy"],
+    msize=[1 << 20, VIRTIO_MSIZE_LIMIT],
 )
 def test_large_msize_in_pages(place: Place, transport: str, msize: int) -> None:
     """The same with every buffer in 4 KiB pages in an indirect table (Linux's layout): at the
@@ -90,7 +92,7 @@ def test_msize_above_the_virtio_limit(place: Place, transport: str) -> None:
     p9 = place.session
     p9.clunk(place.fid)
     p9.clunk(0)
-    expect_at_most(p9.version(8 << 20), "msize", VIRTIO_LIMIT)  # checked on Rversion: replay judges it too
+    expect_at_most(p9.version(8 << 20), "msize", VIRTIO_MSIZE_LIMIT)  # checked on Rversion: replay judges it too
     p9.attach(0)
     place.fid = p9.walk_fid(0, [place.host_path().name])
     full_circle(p9, place, PAGES)

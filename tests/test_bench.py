@@ -16,6 +16,7 @@ import pytest
 
 from fixtures.devices import QemuUnderTest
 from harness.errors import HarnessError
+from harness.p9.channel import VIRTIO_MSIZE_LIMIT
 from harness.qemu import cpu_idle, provision, versions
 from harness.tools import bench
 from tests.subrun import PROJECT, table_rows
@@ -109,10 +110,10 @@ def test_bench_io_moves_payloads_of_the_msize_in_use_not_the_one_asked_for(qemu_
     out = run("bench", "io", "--size", "9", "--msize", str(asked), "--rounds", "1",
               "--qemu-binary", str(qemu_under_test.binary))  # fmt: skip
     rows = {row[0]: row for row in table_rows(out)}
-    granted = bench.PAGED_MSIZE_MAX if versions.has(qemu_under_test.probe.version, versions.MSIZE_CAP) else asked
+    granted = VIRTIO_MSIZE_LIMIT if versions.has(qemu_under_test.probe.version, versions.MSIZE_CAP) else asked
     assert {path: (int(row[1]), int(row[2])) for path, row in rows.items()} == {
         "resident": (asked, granted),
-        "resident, 4 KiB pages": (asked, bench.PAGED_MSIZE_MAX),
+        "resident, 4 KiB pages": (asked, VIRTIO_MSIZE_LIMIT),
     }
     assert all(float(row[4]) > 0 and float(row[5]) > 0 for row in rows.values())  # write and read MB/s
 

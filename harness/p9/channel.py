@@ -23,12 +23,16 @@ from typing import NamedTuple
 
 from harness.errors import DeviceError, DeviceNeedsReset, LeakError
 from harness.virtio.driver import Driver
-from harness.virtio.guestmem import Regions, align_up, pieces
+from harness.virtio.guestmem import PAGE, Regions, align_up, pieces
 from harness.virtio.virtio_pci import STATUS_NEEDS_RESET
-from harness.virtio.virtqueue import Buffer, UsedElem
+from harness.virtio.virtqueue import VIRTQUEUE_MAX_SIZE, Buffer, UsedElem
 
 log = logging.getLogger(__name__)
 
+#: The largest msize whose payload, in 4 KiB pages as Linux's client lays it out, fits one chain
+#: beside the request's header and the reply's: the cap of Linux's client, and QEMU's where it caps
+#: Tversion (``versions.MSIZE_CAP``; 4,186,112 bytes).
+VIRTIO_MSIZE_LIMIT = (VIRTQUEUE_MAX_SIZE - 2) * PAGE
 #: Bytes of the awaited reply buffer read together with each poll of the used ring.
 READ_AHEAD = 512
 #: A wait on shared RAM polls the used ring back to back this long, then sleeps between polls:

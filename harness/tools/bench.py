@@ -36,7 +36,7 @@ from tabulate import tabulate
 
 from harness.errors import HarnessError, ProvisionError
 from harness.p9 import wire
-from harness.p9.channel import ChainLayout
+from harness.p9.channel import VIRTIO_MSIZE_LIMIT, ChainLayout
 from harness.p9.load import REPLY_CAPACITY as LOAD_REPLY
 from harness.p9.load import keep_in_flight
 from harness.p9.messages import Rgetattr, Rreaddir, Tgetattr, Tread, Treaddir, Tstatfs, Twrite
@@ -55,7 +55,7 @@ from harness.qemu.machine import (
 )
 from harness.qemu.qemu_suite import QEMU_72_CASES, QOS_PREFIX, firmware_wrapper
 from harness.tools.connect import Connection, connect
-from harness.virtio.guestmem import Regions
+from harness.virtio.guestmem import PAGE, Regions
 from harness.virtio.virtio_pci import Transport
 from harness.virtio.virtqueue import Buffer
 
@@ -364,14 +364,6 @@ SAMPLE = 64
 #: pages (a descriptor each, in an indirect table: how Linux's client hands over its page cache),
 #: and payloads copied into and out of guest memory with every request, as the cases move them.
 IO_PATHS = ("resident", "resident, 4 KiB pages", "copied")
-PAGE = 4096
-#: Buffers QEMU maps for one request (VIRTQUEUE_MAX_SIZE, include/hw/virtio/virtio.h). A longer
-#: chain stops the device ("too many write descriptors in indirect table"), so a payload in pages
-#: leaves room for the request's header and the reply's. That is the msize QEMU caps a Tversion
-#: to where it has the cap (``versions.MSIZE_CAP``); 7.2.22 grants 8 MiB, and `--msize 8388608` in
-#: pages stopped the device there.
-CHAIN_BUFFERS = 1024
-PAGED_MSIZE_MAX = (CHAIN_BUFFERS - 2) * PAGE
 PAGED = ChainLayout(indirect=True)
 
 
@@ -434,9 +426,10 @@ def io_table(variant: Variant, size: int, msizes: Sequence[int], paths: Sequence
 def _io_run(io: IoPath, export: Path, size: int, msize: int) -> tuple[Any, ...]:
     session, channel, driver = io.conn.session, io.conn.channel, io.conn.driver
     # What the transfers use: the msize asked for, capped, as Linux's client caps it, to what a
-    # chain of pages can carry, then to what the server grants (10.0.13 grants at most 4,186,112;
-    # a payload sized from the msize asked for went past it and stopped the device).
-    offered = min(msize, PAGED_MSIZE_MAX) if io.paged else msize
+    # chain of pages can carry, then to what the server grants. Sized from the msize asked for,
+    # payloads went past 10.0.13's grant, and on 7.2.22, which grants 8 MiB, a chain of 8 MiB in
+    # pages was longer than QEMU maps: either stopped the device.
+    offered = min(msize, VIRTIO_MSIZE_LIMIT) if io.paged else msize
     used = min(offered, session.version(offered).msize)
     session.attach(0)
     chunk = used - wire.IOHDRSZ

@@ -380,7 +380,8 @@ def _bench_one(args: argparse.Namespace, variant: Any, export: Path | None = Non
         msizes = args.msize or ([8192] if args.quick else [8192, 1 << 20])
         counts = args.count or [2048]
         return bench.readdir_table(variant, sizes, msizes, 2 if args.quick else args.runs, counts, export)
-    largest = bench.PAGED_MSIZE_MAX
+    from harness.p9.channel import VIRTIO_MSIZE_LIMIT as largest
+
     msizes = args.msize or ([8192, 1 << 20] if args.quick else [8192, 128 << 10, 512 << 10, 1 << 20, 2 << 20, largest])
     paths = list(bench.IO_PATHS if args.copied or args.quick else bench.IO_PATHS[:2])
     return bench.io_table(variant, (2 if args.quick else args.size) << 20, msizes, paths)

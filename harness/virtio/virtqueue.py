@@ -19,6 +19,11 @@ from typing import NamedTuple
 from harness.errors import DeviceError, LeakError, RingFull
 from harness.virtio.guestmem import GuestMemory, align_up
 
+#: Buffers QEMU maps for one request at most (VIRTQUEUE_MAX_SIZE, include/hw/virtio/virtio.h),
+#: direct or in an indirect table: a longer chain stops the device ("too many write descriptors
+#: in indirect table").
+VIRTQUEUE_MAX_SIZE = 1024
+
 DESC_F_NEXT = 1
 DESC_F_WRITE = 2
 DESC_F_INDIRECT = 4
