@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import socket
 import time
 from collections.abc import Iterator
 
@@ -121,6 +124,52 @@ def test_a_bounded_wait_ends_by_its_own_deadline(peer: FakeQTestPeer) -> None:
     assert qt.timeout == 30.0
     with qt.timeout_at_most(60.0):  # never longer than the connection's own
         assert qt.timeout == 30.0
+
+
+@contextlib.contextmanager
+def interrupted_every(interval: float, give_up: float) -> Iterator[None]:
+    """Signals with a handler ``interval`` apart, as a sampling profiler's stops or a timer's
+    ticks: each interrupts a waiting system call, which CPython then restarts (PEP 475). After
+    ``give_up`` seconds the handler raises, so that a wait that never ends fails the test."""
+    started = time.monotonic()
+
+    def tick(signum: int, frame: object) -> None:
+        if time.monotonic() - started > give_up:
+            raise AssertionError(f"still waiting {give_up} s later")
+
+    previous = signal.signal(signal.SIGALRM, tick)
+    signal.setitimer(signal.ITIMER_REAL, interval, interval)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_wait_interrupted_again_and_again_still_ends_by_its_timeout(qt: QTest) -> None:
+    """Each interruption restarted the kernel's receive timeout (SO_RCVTIMEO) from the start: a
+    silent QEMU was waited for as long as the signals came. Under py-spy's sampling, the hotplug
+    case whose QEMU wedges (10 s allowed) waited 40 minutes."""
+    started = time.monotonic()
+    with interrupted_every(0.02, give_up=5.0), pytest.raises(QTestTimeout, match=r"within 0\.5 s"):
+        qt.query("silence")
+    assert time.monotonic() - started < 2.5
+
+
+def test_a_qemu_that_reads_nothing_fails_the_send_by_the_timeout() -> None:
+    """A wedged QEMU reads nothing more of what is sent: once the socket is full the send waits for room
+    no longer than the timeout (it used to wait for ever), however often signals interrupt it."""
+    ours, theirs = socket.socketpair()
+    qt = QTest(ours, timeout=0.5)
+    started = time.monotonic()
+    try:
+        with interrupted_every(0.02, give_up=5.0), pytest.raises(QTestTimeout, match=r"sent within 0\.5 s"):
+            qt.memwrite(0, bytes(8 << 20))  # posted lines past POST_LIMIT go out at once
+            qt.flush()
+    finally:
+        qt.close()
+        theirs.close()
+    assert time.monotonic() - started < 2.5
 
 
 def test_closed_peer_is_reported(qt: QTest, peer: FakeQTestPeer) -> None:

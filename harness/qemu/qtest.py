@@ -16,8 +16,8 @@ import binascii
 import collections
 import contextlib
 import logging
+import select
 import socket
-import struct
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NoReturn
@@ -33,7 +33,7 @@ B64READ_CHUNK = 64 * 1024
 #: Posted text is sent once it passes this: QEMU's qtest reader rescans and shifts its whole input
 #: buffer for every line, so tens of megabytes sent at once take minutes.
 POST_LIMIT = 1 << 20
-#: How long a wait for a reply polls the socket before sleeping in recv (as QEMU's own event loop
+#: How long a wait for a reply polls the socket before sleeping in poll() (as QEMU's own event loop
 #: polls before ppoll, ``poll-max-ns``). A reply usually comes within ~10 µs; a sleeping reader
 #: needs a cross-CPU wake-up that took ~40 µs more per round trip on a 2-vCPU machine.
 SPIN_SECONDS = 50e-6
@@ -67,10 +67,14 @@ class QTest:
     ) -> None:
         self._sock = sock
         self.spin = spin
-        # A blocking socket with a kernel receive timeout: in timeout mode CPython would poll()
-        # before every send and recv, doubling the system calls of a round trip.
+        # A blocking socket, each call made with MSG_DONTWAIT: in timeout mode CPython would poll()
+        # before every send and recv, doubling the system calls of a round trip. A call that
+        # would block waits in poll() for what is left of its deadline (:meth:`_wait_for`).
         sock.settimeout(None)
-        self.set_timeout(timeout)
+        self.timeout = timeout
+        self._readable, self._writable = select.poll(), select.poll()
+        self._readable.register(sock, select.POLLIN)
+        self._writable.register(sock, select.POLLOUT)
         self._buf = bytearray()
         self._chunk = bytearray(1 << 20)
         self._chunk_view = memoryview(self._chunk)
@@ -94,12 +98,19 @@ class QTest:
         self.close()
 
     def set_timeout(self, timeout: float) -> None:
-        """How long to wait for a reply line before :class:`QTestTimeout`."""
+        """How long to wait for the replies to a command (or for room to send it) before
+        :class:`QTestTimeout`."""
         self.timeout = timeout
-        seconds = int(timeout)
-        self._sock.setsockopt(
-            socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", seconds, int((timeout - seconds) * 1e6))
-        )
+
+    def _wait_for(self, poller: select.poll, deadline: float) -> bool:
+        """Whether the socket became ready (``poller`` says for what) before ``deadline``.
+
+        A deadline, not a kernel timeout (SO_RCVTIMEO): a signal interrupts the waiting call, and
+        CPython restarts it (PEP 475) with a kernel timeout from the start but with poll()'s
+        recomputed from what is left. Signals that come often enough (a sampling profiler's
+        stops, a timer) kept a silent QEMU waited for as long as they came."""
+        left = deadline - time.monotonic()
+        return left > 0 and bool(poller.poll(left * 1000))
 
     @contextlib.contextmanager
     def timeout_at_most(self, seconds: float) -> Iterator[None]:
@@ -204,20 +215,29 @@ class QTest:
         return payloads[len(everything) - len(lines) :]
 
     def _send(self, text: str) -> None:
+        """Send ``text`` whole. A QEMU that stops reading (its main loop wedged) fails the send
+        after :attr:`timeout` with the socket full, where a blocking send waited for ever."""
         self.round_trips += 1
-        try:
-            self._sock.sendall(text.encode("ascii"))
-        except OSError as err:
-            self._lost(QTestDisconnected(f"qtest socket send failed: {err}"), err)
+        data, deadline = memoryview(text.encode("ascii")), time.monotonic() + self.timeout
+        while data:
+            try:
+                data = data[self._sock.send(data, socket.MSG_DONTWAIT) :]
+            except BlockingIOError as err:
+                if not self._wait_for(self._writable, deadline):
+                    self._lost(QTestTimeout(f"{len(data)} bytes of qtest commands not sent within {self.timeout} s: "
+                                            "QEMU is not reading"), err)  # fmt: skip
+            except OSError as err:
+                self._lost(QTestDisconnected(f"qtest socket send failed: {err}"), err)
 
     def _read_replies(self, count: int, complete_only: bool = False) -> list[str]:
         """Read ``count`` reply lines, recording and skipping asynchronous IRQ lines (with
         ``complete_only``: at most ``count``, from what is already buffered)."""
         replies: list[str] = []
+        deadline = time.monotonic() + self.timeout
         while len(replies) < count:
             if self._buf.count(b"\n") < count - len(replies):
                 if not complete_only:
-                    self._receive()
+                    self._receive(deadline)
                     continue
                 if b"\n" not in self._buf:
                     break
@@ -236,11 +256,12 @@ class QTest:
             raise QTestProtocolError(f"{len(replies)} qtest replies to {count} commands: {replies[count:]!r}")
         return replies
 
-    def _receive(self) -> None:
-        """Append what the socket has to the buffer: polled for :attr:`spin` seconds, then waited for."""
+    def _receive(self, deadline: float) -> None:
+        """Append what the socket has to the buffer: polled for :attr:`spin` seconds, then waited
+        for until ``deadline``."""
         size = self._receive_polled() if self.spin > 0 else None
         if size is None:
-            size = self._receive_blocking()
+            size = self._receive_blocking(deadline)
         if not size:
             self._lost(QTestDisconnected("qtest socket closed by QEMU"), None)
         self._buf += self._chunk_view[:size]
@@ -256,13 +277,16 @@ class QTest:
             except OSError:
                 return None  # the blocking receive reports it
 
-    def _receive_blocking(self) -> int:
-        try:
-            return self._sock.recv_into(self._chunk)  # into a reused buffer: no 1 MiB allocation per call
-        except (BlockingIOError, TimeoutError) as err:  # SO_RCVTIMEO expired
-            self._lost(QTestTimeout(f"no qtest reply within {self.timeout} s"), err)
-        except OSError as err:
-            self._lost(QTestDisconnected(f"qtest socket receive failed: {err}"), err)
+    def _receive_blocking(self, deadline: float) -> int:
+        while True:
+            if not self._wait_for(self._readable, deadline):
+                self._lost(QTestTimeout(f"no qtest reply within {self.timeout} s"), None)
+            try:
+                return self._sock.recv_into(self._chunk, 0, socket.MSG_DONTWAIT)  # a reused buffer: no 1 MiB per call
+            except BlockingIOError:
+                continue  # readable, then not: wait again
+            except OSError as err:
+                self._lost(QTestDisconnected(f"qtest socket receive failed: {err}"), err)
 
     def _lost(self, err: QTestError, cause: BaseException | None) -> NoReturn:
         better = self._on_lost(err) if self._on_lost else None
