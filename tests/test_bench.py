@@ -47,9 +47,13 @@ def test_bench_rtt_prints_rates(qemu_under_test: QemuUnderTest) -> None:
     out = run("bench", "rtt", "--seconds", "0.05", "--rounds", "1", "--qemu-binary", str(qemu_under_test.binary))
     rows = table_rows(out)
     assert [row[0] for row in rows] == RTT_ROWS
-    for row in rows:  # ops, ops/s, ..., QEMU CPU %, harness CPU %
+    for row in rows:  # ops, ops/s, µs/op, socket writes/op, QEMU CPU µs/op, QEMU CPU %, harness CPU %
         assert int(row[1]) > 0 and float(row[2]) > 0
         assert int(row[-2]) >= 0 and int(row[-1]) > 0  # the harness always works; an idle QEMU may not
+        # QEMU's CPU per op is its share of the wall time per op: the percentage is rounded to 1 %,
+        # and the CPU window also holds the row's warm-up step
+        per_op, share, wall_per_op = float(row[5]), int(row[6]), float(row[3])
+        assert per_op == pytest.approx(share * wall_per_op / 100, rel=0.05, abs=wall_per_op / 100 + 0.1)
     assert "shared (" in out.splitlines()[0]
 
 
@@ -61,11 +65,11 @@ def test_bench_rtt_both_paths_interleaved(tmp_path: Path, qemu_under_test: QemuU
               "--json", str(tmp_path / "r.json"))  # fmt: skip
     rows = table_rows(out)
     assert [row[0] for row in rows] == RTT_ROWS
-    for row in rows:  # measurement, then per variant: median, min, max, QEMU %, harness %; then B/A
-        assert len(row) == 1 + 2 * 5 + 1
-        for at in (1, 6):
+    for row in rows:  # measurement, then per variant: median, min, max, QEMU µs/op, QEMU %, harness %; then B/A
+        assert len(row) == 1 + 2 * 6 + 1
+        for at in (1, 7):
             assert float(row[at + 1]) <= float(row[at]) <= float(row[at + 2])
-        assert float(row[-1]) == pytest.approx(float(row[6]) / float(row[1]), abs=0.01)
+        assert float(row[-1]) == pytest.approx(float(row[7]) / float(row[1]), abs=0.01)
     data = json.loads((tmp_path / "r.json").read_text())
     assert [v["guest_memory"] for v in data["variants"]] == ["shared", "qtest"]
     assert all(len(rounds) == 2 for rounds in data["rounds"])

@@ -11,8 +11,11 @@ checked: its size, type and tag from its header; every ``DECODE_EVERY``-th one i
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from harness.errors import DeviceError, P9ProtocolError
@@ -30,9 +33,17 @@ REPLY_CAPACITY = 4096
 _HEAD = struct.Struct("<IBH")
 
 
-def keep_in_flight(channel: Channel, request: TMessage[Any], depth: int, seconds: float) -> tuple[int, float]:
+def keep_in_flight(
+    channel: Channel,
+    request: TMessage[Any],
+    depth: int,
+    seconds: float,
+    timed: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+) -> tuple[int, float]:
     """Keep ``request`` ``depth`` times in flight for ``seconds`` (then let the last ones finish);
-    returns the requests completed and their rate per second. The channel must be idle."""
+    returns the requests completed and their rate per second. The channel must be idle.
+    ``timed()`` is entered around the stretch the rate is of, and nothing else (a bench's CPU
+    window: what it measures is then per request of this rate)."""
     if channel.in_flight:
         raise DeviceError(f"the load generator needs an idle queue; {channel.in_flight} request(s) in flight")
     driver = channel.driver
@@ -49,7 +60,8 @@ def keep_in_flight(channel: Channel, request: TMessage[Any], depth: int, seconds
         ]
         lease = Lease(driver.queue, tables, chains)
         try:
-            result = _run(channel, lease, blocks, request.reply_class().TYPE, seconds)
+            with timed():
+                result = _run(channel, lease, blocks, request.reply_class().TYPE, seconds)
         except BaseException:
             channel.abandon()  # the device may still hold chains of the lease: no reuse of this queue
             raise

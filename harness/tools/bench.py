@@ -5,7 +5,8 @@
 Every variant is measured ``--rounds`` times, the variants interleaved round by round so that a
 machine's drift hits them alike; the table gives each variant's median, min and max and the ratio
 of medians to A. Each row also says where the time went: QEMU's CPU time over the row's wall time,
-against the harness's (from /proc), in percent of one core. ``--json FILE`` keeps every round,
+against the harness's (from /proc), in percent of one core; ``bench rtt`` adds QEMU's CPU time per
+request, the server's cost whether or not the client keeps it busy. ``--json FILE`` keeps every round,
 ``--plot FILE.png`` draws the medians (matplotlib, the ``plot`` extra). Server time is from the
 kick reaching QEMU to the poll that finds the used entry; the rest of a request's time is the
 harness's.
@@ -146,17 +147,26 @@ class CpuSplit:
             return 0, 0
         return round(100 * self.qemu / self.wall), round(100 * self.harness / self.wall)
 
+    def qemu_per_op(self, ops: int) -> float:
+        """QEMU's CPU microseconds per operation: the server's cost of a request, whatever the
+        client's speed (a client too slow to keep QEMU busy lowers QEMU's CPU %, not this)."""
+        return round(1e6 * self.qemu / ops, 1) if ops else 0.0
+
 
 CPU_COLUMNS = ["QEMU CPU %", "harness CPU %"]
+#: ``bench rtt``'s column of :meth:`CpuSplit.qemu_per_op`, shown per variant when compared
+QEMU_PER_OP = "QEMU CPU µs/op"
 
 
-def _rate(seconds: float, step: Callable[[], int]) -> tuple[int, float]:
-    """Run ``step`` (which returns how many operations it did) for ``seconds``; ops and ops/s."""
+def _rate(seconds: float, step: Callable[[], int], cpu: CpuSplit) -> tuple[int, float]:
+    """Run ``step`` (which returns how many operations it did) for ``seconds``; ops and ops/s.
+    ``cpu`` measures the timed steps, not the warm-up: its figures are per op of these."""
     step()  # warm-up
     done = 0
-    start = time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds:
-        done += step()
+    with cpu.measuring():
+        start = time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < seconds:
+            done += step()
     return done, done / elapsed
 
 
@@ -193,8 +203,8 @@ class Window:
 
 
 def rtt_table(variant: Variant, transport: Transport, seconds: float) -> Table:
-    values = ["ops", "ops/s", "µs/op", "socket writes/op", *CPU_COLUMNS]
-    table = Table("round trips", ["measurement"], values, compare="ops/s")
+    values = ["ops", "ops/s", "µs/op", "socket writes/op", QEMU_PER_OP, *CPU_COLUMNS]
+    table = Table("round trips", ["measurement"], values, compare="ops/s", also=[QEMU_PER_OP])
     with connect(machine_config(variant, SynthFs(), transport)) as conn:
         qt, session = conn.machine.qtest, conn.session
         status_addr = conn.driver.queue.layout.used + 2
@@ -218,10 +228,10 @@ def rtt_table(variant: Variant, transport: Transport, seconds: float) -> Table:
         for name, step in steps:
             before = qt.round_trips
             cpu = CpuSplit(conn.machine)
-            with cpu.measuring():
-                count, rate = _rate(seconds, step)
+            count, rate = _rate(seconds, step, cpu)
             per_op = (qt.round_trips - before) / count
-            table.rows.append((name, count, round(rate), round(1e6 / rate, 1), round(per_op, 2), *cpu.cells()))
+            row = (name, count, round(rate), round(1e6 / rate, 1), round(per_op, 2), cpu.qemu_per_op(count))
+            table.rows.append((*row, *cpu.cells()))
         for window in windows.values():
             window.drain()
         listing = session.walk_fid(0, ["ReadDirDir"])
@@ -234,11 +244,11 @@ def rtt_table(variant: Variant, transport: Transport, seconds: float) -> Table:
         for (kind, request), k in itertools.product(kinds, LOAD_DEPTHS):  # the server's rate: per request
             before = qt.round_trips  # the harness only puts an avail entry back on the ring
             cpu = CpuSplit(conn.machine)
-            with cpu.measuring():
-                count, rate = keep_in_flight(conn.channel, request, k, seconds)
+            count, rate = keep_in_flight(conn.channel, request, k, seconds, timed=cpu.measuring)
             per_op = (qt.round_trips - before) / count
             name = f"load generator: {kind}, {k} in flight"
-            table.rows.append((name, count, round(rate), round(1e6 / rate, 1), round(per_op, 2), *cpu.cells()))
+            row = (name, count, round(rate), round(1e6 / rate, 1), round(per_op, 2), cpu.qemu_per_op(count))
+            table.rows.append((*row, *cpu.cells()))
         session.clunk(listing)
         session.clunk(0)
     return table
