@@ -53,6 +53,10 @@ MKNOD_SPECIAL = ("8.2.9", "9.1.3", "9.2.1", "10.0.0")
 SYNTH_RENAMEAT = ("10.0.9", "10.1.5", "10.2.2", "11.0.0")
 #: 9P2000.u Topen/Tcreate with OTRUNC or OAPPEND honour readonly=on: a0414545a2
 READONLY_DOTU_OPEN = ("10.0.13", "11.0.4", "11.1.0")
+#: Treaddir's collection of entries (do_readdir_many, with its lstat() of each under
+#: multidevs=remap) holds the read side of the rename lock, so a rename waits for it
+#: (CVE-2026-48004): 5a8da7e979
+READDIR_RENAME_LOCK = ("10.0.11", "10.2.4", "11.0.2", "11.1.0")
 #: unrealize drains the requests in flight before hot-unplug (the use-after-free fix; it brought a wedge): 210701c82e
 UNPLUG_DRAIN = ("10.0.13", "11.0.4", "11.1.0")
 
