@@ -19,7 +19,7 @@ from harness.errors import HarnessError
 from harness.p9.channel import VIRTIO_MSIZE_LIMIT
 from harness.qemu import cpu_idle, provision, versions
 from harness.tools import bench
-from tests.subrun import PROJECT, table_rows
+from tests.subrun import PROJECT, default_signals, table_rows
 
 
 def run(*args: str) -> str:
@@ -217,7 +217,7 @@ def test_a_bench_stopped_leaves_nothing(tmp_path: Path, qemu_under_test: QemuUnd
         [sys.executable, "-m", "harness", "bench", "rtt", "--seconds", "5", "--rounds", "1",
          "--qemu-binary", str(qemu_under_test.binary)],
         cwd=PROJECT, env={**os.environ, "TMPDIR": str(tmp_path)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
+        text=True, preexec_fn=default_signals,  # a Ctrl-C works even where this run was started ignoring it
     )  # fmt: skip
     deadline = time.monotonic() + 30
     while not list(tmp_path.glob("v9p-qemu-*")) and time.monotonic() < deadline:
