@@ -51,7 +51,7 @@ def test_bench_rtt_prints_rates(qemu_under_test: QemuUnderTest) -> None:
         assert int(row[1]) > 0 and float(row[2]) > 0
         assert int(row[-2]) >= 0 and int(row[-1]) > 0  # the harness always works; an idle QEMU may not
         # QEMU's CPU per op is its share of the wall time per op: the percentage is rounded to 1 %,
-        # and the CPU window also holds the row's warm-up step
+        # and the CPU window holds the loop's own clock reads beside the timed steps
         per_op, share, wall_per_op = float(row[5]), int(row[6]), float(row[3])
         assert per_op == pytest.approx(share * wall_per_op / 100, rel=0.05, abs=wall_per_op / 100 + 0.1)
     assert "shared (" in out.splitlines()[0]

@@ -15,7 +15,6 @@ import contextlib
 import struct
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Any
 
 from harness.errors import DeviceError, P9ProtocolError
@@ -38,7 +37,7 @@ def keep_in_flight(
     request: TMessage[Any],
     depth: int,
     seconds: float,
-    timed: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+    timed: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> tuple[int, float]:
     """Keep ``request`` ``depth`` times in flight for ``seconds`` (then let the last ones finish);
     returns the requests completed and their rate per second. The channel must be idle.
