@@ -329,7 +329,7 @@ def die_with_parent(parent: int, nofile: int | None = None) -> None:
 def cpu_seconds(pid: int | str = "self") -> float:
     """utime + stime of process ``pid`` (all its threads, ended ones too), in seconds: the
     kernel's CPU-time clock of the process, to the nanosecond, where we may read it; else
-    /proc/PID/stat, in clock ticks (10 ms: a bench's short row could read 0 there)."""
+    :func:`proc_cpu_seconds` (10 ms ticks: a bench's short row could read 0 there)."""
     if pid == "self":
         return time.process_time()
     try:
@@ -337,8 +337,13 @@ def cpu_seconds(pid: int | str = "self") -> float:
         # ~pid << 3 | CPUCLOCK_SCHED (2): MAKE_PROCESS_CPUCLOCK in the kernel's posix-timers.h
         return time.clock_gettime((~int(pid) << 3) | 2)
     except OSError:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return proc_cpu_seconds(pid)
+
+
+def proc_cpu_seconds(pid: int | str) -> float:
+    """utime + stime of process ``pid`` from /proc/PID/stat, in clock ticks' resolution."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _listen(path: Path) -> socket.socket:
