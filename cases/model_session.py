@@ -4,8 +4,8 @@ Hypothesis drives Tmkdir, Tlcreate, Twrite, Tread, Treaddir, Tunlinkat and Trena
 clunking fids as it goes) against an in-memory model of the tree, and checks every reply, error
 or not, against the model. Its ``batch`` rule puts two or three of Tmkdir, Tunlinkat, Trenameat,
 Twalk and Treaddir in flight in one kick and checks that their replies are those of some serial
-order of them (every order is tried against copies of the model), and that the tree afterwards is
-that order's; hypothesis shrinks a failure to the smallest batch that shows it, and the case's
+order of them (fixtures/oracle.py, the one oracle the concurrent family asks too), and that the
+tree afterwards is that order's; hypothesis shrinks a failure to the smallest batch that shows it, and the case's
 reproducer replays each batch in one kick as it was sent. A module of its own, imported when the
 case runs: importing hypothesis costs ~0.3 s, which every pytest process would otherwise pay at
 collection."""
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import errno
-import itertools
 import os
 import stat
 from collections.abc import Callable, Sequence
@@ -25,15 +24,16 @@ from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, multiple, rule
 
-from fixtures.races import CreateRaceSeen, KnownRaceSeen, ListingRaceSeen
+from fixtures.oracle import ANY, linearizations, serial_outcomes
+from fixtures.races import CreateRaceSeen, KnownRaceSeen, ListingRaceSeen, RaceLog
 from harness.errors import P9Rlerror
 from harness.p9 import wire
 from harness.p9.messages import Rerror, Rlerror, Rreaddir, Rwalk, Tmkdir, Treaddir, Trenameat, Tunlinkat, Twalk
 from harness.p9.session import Session
 
 NAMES = ("a", "b", "c")
-#: an answer any serial order matches (a listing the known race failed)
-ANY = object()
+#: the batch requests a known race shows in (fixtures/races.py)
+RACY = ("readdir", "mkdir")
 
 
 class Model:
@@ -137,14 +137,28 @@ class BatchOp:
         return f"{self.kind} {'/'.join(self.path) or '.'}{to}"
 
 
+@dataclass(frozen=True)
+class Sent:
+    """A request of a batch as the oracle runs it: its op and the indexes, in the batch's
+    fid_paths, of the fids it was sent on."""
+
+    op: BatchOp
+    fids: tuple[int, ...]
+
+
 class BatchModel:
     """The tree and the fids of one batch, as a serial server leaves them after each request."""
 
     def __init__(self, tree: Model, fid_paths: list[tuple[str, ...]]) -> None:
         self.tree, self.fid_paths = copy.deepcopy(tree), list(fid_paths)
 
-    def apply(self, op: BatchOp, fids: list[int]) -> object:
-        """What a serial server answers ``op`` (sent on the fids at ``fids`` in fid_paths)."""
+    @staticmethod
+    def reads(sent: Sent) -> bool:
+        return sent.op.kind in ("walk", "readdir")
+
+    def apply(self, sent: Sent) -> object:
+        """What a serial server answers ``sent.op`` (sent on the fids at ``sent.fids`` in fid_paths)."""
+        op, fids = sent.op, sent.fids
         nodes = self.tree.nodes
         if op.kind == "walk":  # from the top: ENOENT when no name walks, else how many did
             walked = self.tree.walkable(op.path)
@@ -208,13 +222,13 @@ class SessionAgainstModel(RuleBasedStateMachine):
     files = Bundle("files")
 
     def __init__(
-        self, session: Session, base: int, top: str, remaps: bool = False, races: list[KnownRaceSeen] | None = None
+        self, session: Session, base: int, top: str, remaps: bool = False, races: RaceLog | None = None
     ) -> None:
         super().__init__()
         self.p9, self.base, self.top = session, base, top
         #: qids remapped (multidevs=remap, the default since 10.0): a listing beside a remove may
         #: fail with the known race's ENOENT. The known races a batch shows go to ``races``.
-        self.remaps, self.races = remaps, races if races is not None else []
+        self.remaps, self.races = remaps, races if races is not None else RaceLog()
         self.model = Model()
         session.mkdir(base, top)
 
@@ -414,22 +428,26 @@ class SessionAgainstModel(RuleBasedStateMachine):
             with self.p9.batch():
                 pendings = [self.p9.send(request) for request in requests]
             answers = replies_of(pendings)
+            # every listing and Tmkdir of a batch could have shown a known race: the reproducer's chances
+            self.races.chance(*[p.wait().frame for op, p in zip(ops, pendings, strict=True) if op.kind in RACY])
         finally:
             for fid in sorted(self.p9.fids - {0, self.base}):
                 self.p9.clunk(fid)
-        serial = [self.serially(ops, uses, fid_paths, order) for order in itertools.permutations(range(len(ops)))]
-        orders = [model for model, got in serial if got == answers]
+        sent = [Sent(op, tuple(used)) for op, used in zip(ops, uses, strict=True)]
+
+        def start() -> BatchModel:
+            return BatchModel(self.model, fid_paths)
+
+        orders = linearizations(sent, answers, start)
         race = None
         if not orders:  # a known race's answer stands for the one a serial order gives: noted, checked so
             answers, race = self.known_race(ops, answers, [pending.wait().frame for pending in pendings])
-            orders = [
-                model for model, got in serial if all(a is ANY or a == g for a, g in zip(answers, got, strict=True))
-            ]
+            orders = linearizations(sent, answers, start)
             if orders and race is not None:
-                self.races.append(race)
+                self.races.saw(type(race), str(race), race.reply)
         assert orders, (
             f"batch {[str(op) for op in ops]} answered {answers}, which no serial order gives "
-            f"(serial orders: {sorted({str(got) for _, got in serial})})"
+            f"(serial orders: {sorted(str(got) for got in serial_outcomes(sent, start))})"
         )
         if race is None:
             self.model = self.settle([m.tree for m in orders])
@@ -474,14 +492,6 @@ class SessionAgainstModel(RuleBasedStateMachine):
         if op.kind == "walk":
             return Twalk(fid=top, newfid=self.p9.new_fid(), wnames=list(op.path))
         return Treaddir(fid=listing, offset=0, count=4000)
-
-    def serially(self, ops: list[BatchOp], uses: list[list[int]], fid_paths: list[tuple[str, ...]],
-                 order: tuple[int, ...]) -> tuple[BatchModel, tuple[object, ...]]:  # fmt: skip
-        """The model after ``ops`` in ``order``, and what each was answered (in the order of ``ops``)."""
-        model, got = BatchModel(self.model, fid_paths), [object()] * len(ops)
-        for index in order:
-            got[index] = model.apply(ops[index], uses[index])
-        return model, tuple(got)
 
     def settle(self, candidates: list[Model]) -> Model:
         """The tree the server has, of the serial orders that answer as it did: where they

@@ -4,23 +4,22 @@ of the file and of an ancestor (Trenameat, Tunlinkat), all in the ring at once, 
 in staggered kicks, a random subset in a random order per round, each round's seed recorded.
 
 Every round checks that QEMU is alive and that the replies, taken together, are ones some serial
-order of the round's requests gives (a linearizability check against :class:`Model`: every order
-is tried; the model's limits are written on it). After the rounds QEMU holds no more host file
-descriptors than before (/proc/PID/fd). Each round has a seed of its own, the same every run; a
-case that fails names it, and ``--concurrent-seed S`` runs that round alone; ``--concurrent-rounds N``
-hunts longer.
+order of the round's requests gives (a linearizability check against :class:`Model` by the one
+oracle, fixtures/oracle.py; the model's limits are written on it). After the case QEMU holds no
+more host file descriptors than before (/proc/PID/fd: fixtures/held.py, around every case). Each
+round has a seed of its own, the same every run; a case that fails names it, and
+``--concurrent-seed S`` runs that round alone; ``--concurrent-rounds N`` hunts longer.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import functools
 import itertools
 import os
 import random
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,8 +28,9 @@ import pytest
 
 from fixtures.batches import in_batches
 from fixtures.case_path import case_path
+from fixtures.oracle import serial_outcomes
 from fixtures.place import Place
-from fixtures.races import CREATE_RACE, LISTING_RACE, RENAME_LISTING_RACE, CreateRaceSeen, ListingRaceSeen
+from fixtures.races import CREATE_RACE, LISTING_RACE, RENAME_LISTING_RACE, CreateRaceSeen, ListingRaceSeen, RaceLog
 from harness.p9 import wire
 from harness.p9.messages import (
     Rclunk,
@@ -125,32 +125,6 @@ class Model:
         raise AssertionError(op)
 
 
-def serial_outcomes(ops: list[str], model_of: Callable[[], Any] = Model) -> set[tuple[Outcome, ...]]:
-    """What every serial order of ``ops`` answers, each as a tuple in the order of ``ops``.
-
-    A request the model says only reads (``reads(op)``) changes nothing, so in some serial order
-    it sees each state the others leave, and in every order one of them: only the others' orders
-    are walked, and each read takes any answer it gives in their states (the same set as all
-    ``len(ops)!`` orders give; for seven requests with three writers, 6 orders, not 5,040: this was
-    a third of the concurrent cases' harness time)."""
-    reads = getattr(model_of(), "reads", lambda op: False)
-    readers = [index for index, op in enumerate(ops) if reads(op)]
-    found = set()
-    for order in itertools.permutations(index for index in range(len(ops)) if index not in readers):
-        model, answers = model_of(), [None] * len(ops)
-        seen: list[set[Outcome]] = [set() for _ in readers]
-        for step in [None, *order]:  # each read in the state before the first writer and after each
-            if step is not None:
-                answers[step] = model.apply(ops[step])
-            for choices, index in zip(seen, readers, strict=True):
-                choices.add(model.apply(ops[index]))
-        for picked in itertools.product(*seen):
-            for index, answer in zip(readers, picked, strict=True):
-                answers[index] = answer
-            found.add(tuple(answers))
-    return found
-
-
 @dataclass
 class Fids:
     """What the round's requests use, made before the round: the directory, the file walked and
@@ -233,15 +207,6 @@ def populate(host: Path, host_link: bool = False) -> None:
         (host / "l").symlink_to("f")
 
 
-@contextlib.contextmanager
-def no_fd_leaked(device: Any) -> Iterator[None]:
-    """QEMU holds no more host file descriptors after the block than before it."""
-    before = device.machine.resources().fds
-    yield
-    after = device.machine.resources().fds
-    assert after == before, f"QEMU holds {after - before} more host fds after the rounds"
-
-
 def one_round(
     p9: Session,
     place: Place,
@@ -309,19 +274,17 @@ def test_rename_under_readers(place: Place, device: Any, request: pytest.Fixture
     throughout, and leaks no host file descriptor. Under remap a listing that failed with ENOENT
     is the known race: the round's other replies must still linearize, and the case ends as that
     race's xfail, naming the seeds that saw it."""
-    p9, frames = place.session, list[bytes]()
-    raced, first = [], None
-    with no_fd_leaked(device):
-        for seed in round_seeds(request):
-            ops, answers = one_round(p9, place, random.Random(seed), kick == "staggered", frames=frames)
-            if multidevs == "remap" and "readdir" in ops and answers[ops.index("readdir")] == "ENOENT":
-                raced.append(seed)
-                first = first or frames[ops.index("readdir")]
+    p9, frames, races = place.session, list[bytes](), RaceLog()
+    for seed in round_seeds(request):
+        ops, answers = one_round(p9, place, random.Random(seed), kick == "staggered", frames=frames)
+        if multidevs == "remap" and "readdir" in ops:
+            races.chance(frames[ops.index("readdir")])
+            if answers[ops.index("readdir")] == "ENOENT":
+                races.saw(ListingRaceSeen, f"seed {seed}", frames[ops.index("readdir")])
                 ops, answers = _without(ops, answers, "readdir")
-            assert_serial(request, seed, ops, answers)
-            assert device.alive()
-    if raced:
-        raise ListingRaceSeen(f"Treaddir failed with ENOENT in the rounds of seeds {raced}", first)
+        assert_serial(request, seed, ops, answers)
+        assert device.alive()
+    races.raise_if_seen("Treaddir failed with ENOENT")
 
 
 STAYING = tuple(f"s{n:02d}" for n in range(40))
@@ -338,38 +301,35 @@ def test_listing_under_unlink(place: Place, device: Any, request: pytest.Fixture
     the reproducer replays every round). The listing has the file or not, beside the 40 that
     stay; it never fails. Under remap an ENOENT is the known race, seen in a few rounds in a
     hundred on 10.0.13 (the case's reproducer replays it: exit 1)."""
-    p9, frames, chances = place.session, list[bytes](), list[bytes]()
-    raced, first = [], None
-    with no_fd_leaked(device):
-        for name in STAYING:  # entries QEMU lstat()s under remap: the wider the window the race needs
-            p9.mkdir(place.fid, name, 0o755)
-        for seed in round_seeds(request):
-            made = p9.walk_fid(place.fid, [])
-            p9.lcreate(made, "c", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-            p9.clunk(made)
-            listing = p9.walk_fid(place.fid, [])
-            p9.lopen(listing, os.O_RDONLY | os.O_DIRECTORY)
-            requests: list[TMessage[Any]] = [
-                Tunlinkat(dirfd=place.fid, name="c", flags=0),
-                Treaddir(fid=listing, offset=0, count=4000),
-            ]
-            if random.Random(seed).random() < 0.5:
-                requests.reverse()
-            answers = dict(zip(map(type, requests), send_group(p9, requests, kick == "staggered", frames), strict=True))
-            p9.clunk(listing)
-            names, unlinked = answers[Treaddir], answers[Tunlinkat]
-            chances.append(frames[[type(r) for r in requests].index(Treaddir)])
-            if multidevs == "remap" and names == "ENOENT":
-                raced.append(seed)
-                first = first or frames[[type(r) for r in requests].index(Treaddir)]
-                names = frozenset({".", "..", *STAYING})
-            assert unlinked == "ok" and names in (
-                frozenset({".", "..", *STAYING}),
-                frozenset({".", "..", *STAYING, "c"}),
-            ), f"round of seed {seed}: Tunlinkat answered {unlinked}, the listing {names}"
-            assert device.alive()
-    if raced:
-        raise ListingRaceSeen(f"Treaddir failed with ENOENT in the rounds of seeds {raced}", first, chances)
+    p9, frames, races = place.session, list[bytes](), RaceLog()
+    for name in STAYING:  # entries QEMU lstat()s under remap: the wider the window the race needs
+        p9.mkdir(place.fid, name, 0o755)
+    for seed in round_seeds(request):
+        made = p9.walk_fid(place.fid, [])
+        p9.lcreate(made, "c", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        p9.clunk(made)
+        listing = p9.walk_fid(place.fid, [])
+        p9.lopen(listing, os.O_RDONLY | os.O_DIRECTORY)
+        requests: list[TMessage[Any]] = [
+            Tunlinkat(dirfd=place.fid, name="c", flags=0),
+            Treaddir(fid=listing, offset=0, count=4000),
+        ]
+        if random.Random(seed).random() < 0.5:
+            requests.reverse()
+        answers = dict(zip(map(type, requests), send_group(p9, requests, kick == "staggered", frames), strict=True))
+        p9.clunk(listing)
+        names, unlinked = answers[Treaddir], answers[Tunlinkat]
+        listed = frames[[type(r) for r in requests].index(Treaddir)]
+        races.chance(listed)
+        if multidevs == "remap" and names == "ENOENT":
+            races.saw(ListingRaceSeen, f"seed {seed}", listed)
+            names = frozenset({".", "..", *STAYING})
+        assert unlinked == "ok" and names in (
+            frozenset({".", "..", *STAYING}),
+            frozenset({".", "..", *STAYING, "c"}),
+        ), f"round of seed {seed}: Tunlinkat answered {unlinked}, the listing {names}"
+        assert device.alive()
+    races.raise_if_seen("Treaddir failed with ENOENT")
 
 
 class ReadonlyModel(Model):
@@ -384,11 +344,10 @@ class ReadonlyModel(Model):
 def test_refused_renames_under_readers(place: Place, device: Any, request: pytest.FixtureRequest, kick: str) -> None:
     """On a read-only export the same groups: the writers refused (EROFS) whatever is in flight
     beside them, the readers answered as if nothing happened."""
-    with no_fd_leaked(device):
-        for seed in round_seeds(request):
-            ops, answers = one_round(place.session, place, random.Random(seed), kick == "staggered", host_link=True)
-            assert_serial(request, seed, ops, answers, ReadonlyModel)
-            assert device.alive()
+    for seed in round_seeds(request):
+        ops, answers = one_round(place.session, place, random.Random(seed), kick == "staggered", host_link=True)
+        assert_serial(request, seed, ops, answers, ReadonlyModel)
+        assert device.alive()
 
 
 @dataclass
@@ -460,32 +419,27 @@ def test_create_under_removers(place: Place, device: Any, request: pytest.Fixtur
     """Tmkdir and Tsymlink of one name in flight with Tunlinkat of it (a directory or not): each
     round's replies are some serial order's, a creation that answered the known race's errno
     read as made or as leaving nothing (explained_by_race); QEMU leaks no host fd."""
-    p9, frames, chances = place.session, list[bytes](), list[bytes]()
-    raced, first = [], None
-    with no_fd_leaked(device):
-        for seed in round_seeds(request):
-            rng = random.Random(seed)
-            start = rng.choice([None, "dir"])
-            # the round's start through 9P, not on the host: the reproducer then replays every round
-            for flags in (wire.AT_REMOVEDIR, 0):
-                p9.send(Tunlinkat(dirfd=place.fid, name="a", flags=flags)).wait()
-            if start:
-                p9.mkdir(place.fid, "a", 0o755)
-            ops = rng.sample(list(NAME_REQUESTS), rng.randint(2, 4))
-            answers = send_group(p9, [NAME_REQUESTS[op](p9, place.fid) for op in ops], kick == "staggered", frames)
-            chances += [frame for op, frame in zip(ops, frames, strict=True) if op in CREATORS]
-            model_of = functools.partial(NameModel, start)
-            if answers not in serial_outcomes(ops, model_of):
-                at = explained_by_race(ops, answers, start)
-                if at is not None:  # the known race: every reply checked, the raced ones as made or not
-                    raced.append(seed)
-                    first = first or frames[at]
-                    continue
-            assert_serial(request, seed, ops, answers, model_of)
-            assert device.alive()
-    if raced:
-        message = f"a creation answered ENOENT after making its node in the rounds of seeds {raced}"
-        raise CreateRaceSeen(message, first, chances)
+    p9, frames, races = place.session, list[bytes](), RaceLog()
+    for seed in round_seeds(request):
+        rng = random.Random(seed)
+        start = rng.choice([None, "dir"])
+        # the round's start through 9P, not on the host: the reproducer then replays every round
+        for flags in (wire.AT_REMOVEDIR, 0):
+            p9.send(Tunlinkat(dirfd=place.fid, name="a", flags=flags)).wait()
+        if start:
+            p9.mkdir(place.fid, "a", 0o755)
+        ops = rng.sample(list(NAME_REQUESTS), rng.randint(2, 4))
+        answers = send_group(p9, [NAME_REQUESTS[op](p9, place.fid) for op in ops], kick == "staggered", frames)
+        races.chance(*[frame for op, frame in zip(ops, frames, strict=True) if op in CREATORS])
+        model_of = functools.partial(NameModel, start)
+        if answers not in serial_outcomes(ops, model_of):
+            at = explained_by_race(ops, answers, start)
+            if at is not None:  # the known race: every reply checked, the raced ones as made or not
+                races.saw(CreateRaceSeen, f"seed {seed}", frames[at])
+                continue
+        assert_serial(request, seed, ops, answers, model_of)
+        assert device.alive()
+    races.raise_if_seen("a creation answered ENOENT after making its node")
 
 
 def _without(ops: list[str], answers: tuple[Outcome, ...], op: str) -> tuple[list[str], tuple[Outcome, ...]]:
@@ -538,22 +492,21 @@ def test_fid_clunked_or_dropped_with_requests_in_flight(
     name = "LOPEN" if backend == "synth" else "concurrent-fid-lifetime"
     if backend == "local":
         (Path(device.machine.config.fs.path) / name).write_bytes(CONTENT)
-    with no_fd_leaked(device):
-        for seed in round_seeds(request):
-            rng = random.Random(seed)
-            p9.version(8192)
-            p9.attach(0)
-            fid = p9.walk_fid(0, [name])
-            p9.lopen(fid, os.O_RDONLY)
-            readers = ["getattr", "walk"] + (["read"] if backend == "local" else [])
-            ops = rng.sample(["clunk", "clunk", "version"], rng.randint(1, 3)) + rng.sample(
-                readers, rng.randint(1, len(readers))
-            )
-            rng.shuffle(ops)
-            answers = send_group(p9, [FID_REQUESTS[op](p9, fid) for op in ops], kick == "staggered")
-            assert_serial(request, seed, ops, answers, FidModel)
-            assert device.alive()
-            p9.version(8192)  # whatever the round left: every fid dropped
+    for seed in round_seeds(request):
+        rng = random.Random(seed)
+        p9.version(8192)
+        p9.attach(0)
+        fid = p9.walk_fid(0, [name])
+        p9.lopen(fid, os.O_RDONLY)
+        readers = ["getattr", "walk"] + (["read"] if backend == "local" else [])
+        ops = rng.sample(["clunk", "clunk", "version"], rng.randint(1, 3)) + rng.sample(
+            readers, rng.randint(1, len(readers))
+        )
+        rng.shuffle(ops)
+        answers = send_group(p9, [FID_REQUESTS[op](p9, fid) for op in ops], kick == "staggered")
+        assert_serial(request, seed, ops, answers, FidModel)
+        assert device.alive()
+        p9.version(8192)  # whatever the round left: every fid dropped
     if backend == "local":
         (Path(device.machine.config.fs.path) / name).unlink()
 
@@ -580,7 +533,7 @@ def test_reads_and_renames_while_descriptors_are_reclaimed(
     hold, and the case ends as that bug's xfail, naming the seeds that saw it."""
     p9 = place.session
     host = place.host_path()
-    raced, first = [], None
+    races = RaceLog()
     for i in range(RECLAIM_FILES):
         (host / f"f{i}").write_bytes(f"file {i}".encode())
     for seed in round_seeds(request, share=1 / 3):  # 160 opens a round
@@ -610,14 +563,15 @@ def test_reads_and_renames_while_descriptors_are_reclaimed(
         where = f"round of seed {seed} (-k '{request.node.callspec.id}' --concurrent-seed {seed})"
         for at, request_ in enumerate(requests):
             got = answers[id(request_)]
+            if isinstance(request_, Treaddir):
+                races.chance(frames[at])
             if isinstance(request_, Tread):
                 i = opened.index(request_.fid)
                 assert got == f"file {i}".encode(), f"{where}: {request_} read {got!r}"
             elif isinstance(request_, Trenameat):
                 assert got == "ok", f"{where}: {request_} answered {got}"
             elif got == "ENOENT":  # the known race: where the fix is in, no marker expects it and the case fails
-                raced.append(seed)
-                first = first or frames[at]
+                races.saw(ListingRaceSeen, f"seed {seed}", frames[at])
             else:
                 names = got - {".", ".."} if isinstance(got, frozenset) else got
                 assert isinstance(names, frozenset), f"{where}: the listing answered {got}"
@@ -628,8 +582,7 @@ def test_reads_and_renames_while_descriptors_are_reclaimed(
                 )
         assert device.alive() and device.machine.resources().fds < RECLAIM_NOFILE
         in_batches(p9, [Tclunk(fid=fid) for fid in [*opened, listing]])
-    if raced:
-        raise ListingRaceSeen(f"Treaddir failed with ENOENT in the rounds of seeds {raced}", first)
+    races.raise_if_seen("Treaddir failed with ENOENT")
 
 
 @pytest.mark.needs_synth_tree

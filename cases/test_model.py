@@ -16,7 +16,7 @@ import pytest
 
 from fixtures.case_path import case_path
 from fixtures.place import Place
-from fixtures.races import HUNTER_RACES, KnownRaceSeen
+from fixtures.races import HUNTER_RACES, KnownRaceSeen, RaceLog
 from harness.qemu import versions
 
 if TYPE_CHECKING:
@@ -46,14 +46,10 @@ def test_session_against_a_model(place: Place, qemu_under_test: Any, request: py
 
     from cases.model_session import SessionAgainstModel
 
-    runs, races = itertools.count(), list[KnownRaceSeen]()
+    runs, races = itertools.count(), RaceLog()
     remaps = versions.has(qemu_under_test.probe.version, versions.REMAP_DEFAULT)
     # "state_machine_factory is anything which returns an instance of RuleBasedStateMachine when
     # called with no arguments" (its docstring); the annotation says type[...] only
     factory = lambda: SessionAgainstModel(place.session, place.fid, f"run{next(runs)}", remaps, races)  # noqa: E731
     run_state_machine_as_test(factory, settings=budget(request.config.getoption("hypothesis_seed", None)))  # type: ignore[arg-type]
-    if races:  # the race seen (the base class when both were)
-        kinds = {type(race) for race in races}
-        raise (kinds.pop() if len(kinds) == 1 else KnownRaceSeen)(
-            f"{len(races)} batches: {[str(r) for r in races[:3]]}", races[0].reply
-        )
+    races.raise_if_seen("a known race showed")

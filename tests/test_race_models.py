@@ -1,9 +1,9 @@
-"""The models the concurrent cases judge replies with, on the replies QEMU gave (no QEMU here):
-a known race's answers are read as the race, anything else still fails."""
+"""The models the concurrent cases judge replies with, through the one oracle (fixtures/oracle.py),
+on the replies QEMU gave (no QEMU here): the pruned walk gives what every order gives, a known
+race's answers are read as the race, anything else still fails."""
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 from hypothesis import given, settings
@@ -21,19 +21,8 @@ from cases.test_concurrent import (
     ReadonlyModel,
     WstatModel,
     explained_by_race,
-    serial_outcomes,
 )
-
-
-def every_order(ops: list[str], model_of: Any) -> set[tuple[Any, ...]]:
-    """What serial_outcomes promises, the long way: every one of the len(ops)! orders."""
-    found = set()
-    for order in itertools.permutations(range(len(ops))):
-        model, answers = model_of(), [None] * len(ops)
-        for index in order:
-            answers[index] = model.apply(ops[index])
-        found.add(tuple(answers))
-    return found
+from fixtures.oracle import every_order, serial_outcomes
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,0 +1,111 @@
+"""The one oracle (fixtures/oracle.py) and the one race bookkeeping (fixtures/races.py RaceLog),
+on recorded answers, no QEMU: what some serial order gives is accepted, what none gives is
+refused, for every model the cases and the hunter judge with; a race raises with every chance."""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cases.model_session import BatchModel, BatchOp, Model, Sent
+from cases.test_concurrent import FidModel, NameModel, WstatModel
+from cases.test_concurrent import Model as DirModel
+from fixtures.oracle import ANY, every_order, linearizations, serial_outcomes
+from fixtures.races import CreateRaceSeen, KnownRaceSeen, ListingRaceSeen, RaceLog
+
+
+@dataclass
+class Register:
+    """A register: ``set<n>`` writes n and answers the old value, ``get`` reads it."""
+
+    value: int = 0
+
+    @staticmethod
+    def reads(op: str) -> bool:
+        return op == "get"
+
+    def apply(self, op: str) -> int:
+        if op == "get":
+            return self.value
+        old, self.value = self.value, int(op[3:])
+        return old
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from(["set1", "set2", "set3", "get", "get"]), min_size=1, max_size=6))
+def test_the_pruned_walk_gives_what_every_order_gives(ops: list[str]) -> None:
+    assert serial_outcomes(ops, Register) == every_order(ops, Register)
+
+
+def test_answers_no_order_gives_are_refused() -> None:
+    ops = ["set1", "set2", "get"]
+    assert linearizations(ops, (0, 1, 2), Register)  # set1, set2, get
+    assert linearizations(ops, (2, 0, 1), Register)  # set2, set1, get
+    assert not linearizations(ops, (0, 0, 2), Register)  # both writers saw the start: no order does
+    assert not linearizations(ops, (0, 1, 3), Register)  # a value nobody wrote
+    assert linearizations(ops, (0, 1, ANY), Register)  # a race's reply matches any answer
+    with pytest.raises(ValueError, match="2 answers for 3 requests"):
+        linearizations(ops, (0, 1), Register)
+
+
+def test_the_end_state_is_the_matching_orders() -> None:
+    ends = linearizations(["set1", "set2"], (0, 1), Register)
+    assert [m.value for m in ends] == [2]
+
+
+# one recorded answer per model that no serial order gives: each relation the cases judge
+NOT_SERIAL = [
+    # same name: the new name unlinked though the rename that made it failed
+    (DirModel, ["rename_f_g", "unlink_g", "walk_f"], ("ENOENT", "ok", "ENOENT")),
+    # a listing that has both names of one renamed file
+    (DirModel, ["rename_f_g", "readdir"], ("ok", frozenset({"f", "g", "s", "l", ".", ".."}))),
+    # same fid: read after the only clunk that succeeded, while getattr says gone
+    (FidModel, ["clunk", "clunk"], ("ok", "ok")),
+    # the only clunk refused, yet the fid answered after it
+    (FidModel, ["clunk", "getattr"], ("ENOENT", "ok")),
+    # same name made twice
+    (NameModel, ["mkdir_a", "mkdir_a2"], ("ok", "ok")),
+    # a name removed that no order made
+    (NameModel, ["symlink_a", "rmdir_a"], ("ok", "ok")),
+    # the Tstat's name is neither the name before nor after the rename
+    (WstatModel, ["wstat_rename", "stat"], ("ok", "h")),
+]
+
+
+@pytest.mark.parametrize(("model", "ops", "answers"), NOT_SERIAL, ids=[f"{m.__name__}-{o}" for m, o, _ in NOT_SERIAL])
+def test_each_model_refuses_what_no_order_gives(model: type, ops: list[str], answers: tuple[object, ...]) -> None:
+    assert answers not in serial_outcomes(ops, model)
+    assert not linearizations(ops, answers, model)
+
+
+def test_the_hunters_batches_through_the_same_oracle() -> None:
+    tree = Model()
+    tree.nodes[("a",)] = None
+    mkdir, rmdir = BatchOp("mkdir", ("a", "b")), BatchOp("rmdir", ("a",))
+    sent = [Sent(mkdir, (0,)), Sent(rmdir, (1,))]
+
+    def start() -> BatchModel:
+        return BatchModel(tree, [("a",), ()])
+
+    assert linearizations(sent, (0, errno.ENOTEMPTY), start)  # mkdir first
+    assert linearizations(sent, (errno.ENOENT, 0), start)  # rmdir first
+    assert not linearizations(sent, (0, 0), start)  # both succeeded: a directory removed with a child
+
+
+def test_a_race_log_raises_with_every_chance() -> None:
+    log = RaceLog()
+    log.raise_if_seen("nothing")  # nothing seen: no raise
+    log.chance(b"one", b"two")
+    log.saw(ListingRaceSeen, "seed 7", b"three")
+    with pytest.raises(ListingRaceSeen) as raised:
+        log.raise_if_seen("Treaddir failed with ENOENT")
+    assert raised.value.reply == b"three" and list(raised.value.alike) == [b"one", b"two", b"three"]
+    assert "seed 7" in str(raised.value)
+    log.saw(CreateRaceSeen, "seed 9", None)
+    with pytest.raises(KnownRaceSeen) as mixed:
+        log.raise_if_seen("races")
+    assert type(mixed.value) is KnownRaceSeen
