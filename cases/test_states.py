@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -112,7 +113,7 @@ def populate(place: Place) -> None:
     os.mkfifo(host / "p", 0o600)
 
 
-def check(place: Place, state: str, op: str, security_model: str) -> None:
+def check(place: Place, state: str, op: str, security_model: str, version: str) -> None:
     """The request on a fid in the state answers as the oracle says; a refusal changes nothing."""
     p9 = place.session
     populate(place)
@@ -120,7 +121,8 @@ def check(place: Place, state: str, op: str, security_model: str) -> None:
     other = _walked(place) if place.host_path("f").is_file() else place.fid
     request = FID_OPS[op](Subject(fid, place.fid, other))
     before = place.host_state()
-    want = state_outcome(op, state, security_model)
+    native = versions.has(version, versions.MAPPED_NATIVE_SYMLINK)
+    want = state_outcome(op, state, security_model, native_symlinks=native)
     if want:
         with expect_rlerror(want):
             p9.rpc(request)
@@ -164,9 +166,11 @@ def check(place: Place, state: str, op: str, security_model: str) -> None:
 )
 @case_path("states/{state}/{op}/{security_model}", backends=["local"], state=[s for s in MAKE if s != "root"],
            op=list(FID_OPS), security_model=MODELS)  # fmt: skip
-def test_operation_in_state(place: Place, state: str, op: str, security_model: str) -> None:
+def test_operation_in_state(
+    place: Place, qemu_under_test: Any, state: str, op: str, security_model: str
+) -> None:
     """Each request that takes a fid, on a fid in each state, as the oracle says."""
-    check(place, state, op, security_model)
+    check(place, state, op, security_model, qemu_under_test.probe.version)
 
 
 @pytest.mark.qemu_bug(
@@ -186,7 +190,9 @@ def test_operation_in_state(place: Place, state: str, op: str, security_model: s
 )
 @case_path("states/{state}/{op}/{security_model}", backends=["local"], state=["root"],
            op=[op for op in FID_OPS if op not in CHANGES_ROOT], security_model=MODELS)  # fmt: skip
-def test_operation_on_the_root(place: Place, state: str, op: str, security_model: str) -> None:
+def test_operation_on_the_root(
+    place: Place, qemu_under_test: Any, state: str, op: str, security_model: str
+) -> None:
     """Each request that takes a fid, on a fid of the export root, as the oracle says (those that would
     change the root every case shares excluded)."""
-    check(place, state, op, security_model)
+    check(place, state, op, security_model, qemu_under_test.probe.version)

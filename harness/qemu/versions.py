@@ -28,6 +28,9 @@ REMAP_DEFAULT = ("10.0.0",)
 LONG_PATHS = ("10.0.11", "10.2.4", "11.0.2", "11.1.0")
 #: Tsetattr size and times on an fid with an open handle go to its fd (ftruncate, futimens)
 FD_SETATTR = ("10.1.0",)
+#: under a mapped security model, Treadlink of a symlink the host made reads it (readlinkat on
+#: O_NOFOLLOW's ELOOP) instead of answering ELOOP: 22296f2db9
+MAPPED_NATIVE_SYMLINK = ("11.0.0",)
 
 # Fixes, named by the releases that carry them. Known-bug markers (``qemu_bug(fixed_in=...)``) and
 # the malformed catalogue's expected outcomes both read these: one rule decides what a version has.
