@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from cases.model_session import BatchModel, BatchOp, Model, Sent
 from cases.test_concurrent import FidModel, NameModel, WstatModel
 from cases.test_concurrent import Model as DirModel
+from fixtures.operations import STATE_KINDS, state_outcome
 from fixtures.oracle import ANY, every_order, linearizations, serial_outcomes
+from fixtures.pairs import EXCLUDED, PAIRS, fresh
 from fixtures.races import CreateRaceSeen, KnownRaceSeen, ListingRaceSeen, RaceLog
 
 
@@ -109,3 +111,66 @@ def test_a_race_log_raises_with_every_chance() -> None:
     with pytest.raises(KnownRaceSeen) as mixed:
         log.raise_if_seen("races")
     assert type(mixed.value) is KnownRaceSeen
+
+
+# -- the pairs (fixtures/pairs.py): per relation, recorded answers no serial order of the pair gives --
+
+PAIR_SLIPS = {
+    # same fid: the fid followed the rename, yet Tgetattr on it failed after the rename succeeded
+    # and before no other request could have removed it
+    "same_fid": ("getattr_F+rename_f_g", ("ENOENT", "ok")),
+    # same name: the walk found f after an unlink of it succeeded, and the unlink ran first
+    "same_name": ("walk_f+unlink_f", ("ENOENT", "ENOENT")),
+    # a name inside the other's directory: the directory removed while it still held x
+    "inside": ("getattr_X+rmdir_d", ("ok", "ok")),
+    # the listing: both the old and the new name of one renamed file
+    "listing": ("readdir+rename_f_g", (frozenset({".", "..", "f", "g", "d", "l"}), "ok")),
+}
+
+
+@pytest.mark.parametrize("relation", list(PAIR_SLIPS))
+def test_each_relation_refuses_answers_no_order_of_its_pair_gives(relation: str) -> None:
+    pair, answers, *_ = PAIR_SLIPS[relation]
+    assert PAIRS[pair] == relation
+    ops = pair.split("+")
+    assert not linearizations(ops, answers, fresh), (pair, answers)
+    assert serial_outcomes(ops, fresh), pair  # and some answers it does give
+
+
+def test_every_pair_that_is_a_case_conflicts_and_every_excluded_one_cannot() -> None:
+    for pair in PAIRS:
+        first, second = pair.split("+")
+        assert len(serial_outcomes([first, second], fresh)) >= 1
+    for pair, why in EXCLUDED.items():
+        first, second = pair.split("+")
+        # apart or both reading: the two orders answer alike and leave the same directory
+        one, other = fresh(), fresh()
+        answers = (one.apply(first), one.apply(second))
+        swapped = (other.apply(second), other.apply(first))
+        assert answers == swapped[::-1] and one == other, (pair, why)
+
+
+# -- the states (fixtures/operations.py state_outcome): per state, an answer a slip in QEMU gives --
+
+STATE_SLIPS = {
+    "unknown": ("getattr", 0),  # a fid the server never made answered
+    "clunked": ("read", 0),  # a clunked fid read
+    "file": ("read", 0),  # a fid never opened read
+    "open": ("lopen", 0),  # opened twice
+    "xattr": ("lcreate", 0),  # an xattr fid turned into a new file
+    "removed_9p": ("getattr", 0),  # a removed file's attributes by path
+    "removed_host": ("lopen", 0),  # a file removed on the host opened
+    "open_removed_host": ("read", errno.ENOENT),  # the descriptor forgotten: read by path
+    "replaced_by_dir_host": ("setattr_size", 0),  # a directory truncated
+    "dir": ("readlink", 0),  # a directory read as a link
+    "symlink": ("lopen", 0),  # a symlink followed
+    "fifo": ("lopen", 0),  # a FIFO opened (CVE-2023-2861)
+    "root": ("remove", 0),  # the export root removed
+}
+
+
+@pytest.mark.parametrize("state", list(STATE_KINDS))
+def test_each_state_refuses_an_answer_a_slip_would_give(state: str) -> None:
+    op, slipped = STATE_SLIPS[state]
+    for model in ("passthrough", "mapped-xattr"):
+        assert state_outcome(op, state, model) != slipped, (state, op, model)

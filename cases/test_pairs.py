@@ -1,0 +1,138 @@
+"""Every pair of requests that can conflict, in flight together (fixtures/pairs.py: the rows, the
+model, the relations): ``concurrent/pairs/{a}+{b}/{kick}``, in one kick and staggered, each round
+from a seed of its own (``--concurrent-seed`` replays one), the two in a seeded order. The answers
+must be those of some serial order of the two (fixtures/oracle.py), and QEMU alive after each
+round. Pairs that cannot conflict are not cases: fixtures/pairs.py ``EXCLUDED`` names each with
+the reason.
+
+The export lists with ``multidevs=warn``: under remap a listing beside a remove has the known
+listing race, which concurrent/rename_under_readers/*/remap and listing_under_unlink pin.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import shutil
+from typing import Any
+
+import pytest
+
+from fixtures.case_path import case_path
+from fixtures.oracle import linearizations, serial_outcomes
+from fixtures.pairs import CONTENT, PAIR_OPS, PAIRS, RoundFids, fresh
+from fixtures.place import Place
+from fixtures.races import (
+    CREATE_RACE,
+    SAME_FID_LCREATE_RACE,
+    CreateRaceSeen,
+    KnownRaceSeen,
+    RaceLog,
+    SameFidRaceSeen,
+)
+from harness.p9.messages import Rerror, Rlerror, Rread, Rreaddir, Rreadlink, Rwalk, Tsymlink
+from harness.p9.session import Pending, Session
+
+#: share of --concurrent-rounds a pair runs (30 -> 3 rounds): 70 pairs, two kicks each
+SHARE = 0.1
+#: pair -> the known race it can meet: the request that shows it, the answers it shows as, the
+#: answer they stand for, and what the case raises once every other answer held
+RACES: dict[str, tuple[str, tuple[str, ...], str, type[KnownRaceSeen]]] = {
+    # a rename of the name a Tmkdir made, before its lstat() (fixtures/races.py CREATE_RACE)
+    "rename_f_g+mkdir_f": ("mkdir_f", ("ENOENT", "ELOOP", "EPERM"), "ok", CreateRaceSeen),
+    # two Tlcreate of one fid (fixtures/races.py SAME_FID_LCREATE_RACE)
+    "lcreate_C+lcreate_C": ("lcreate_C", ("ENOTDIR",), "EINVAL", SameFidRaceSeen),
+}
+CREATE_RACE_PAIRS = ("rename_f_g+mkdir_f",)
+SAME_FID_PAIRS = ("lcreate_C+lcreate_C",)
+
+
+def observed(pending: Pending[Any]) -> object:
+    """An answer as the model gives it."""
+    message = pending.wait().message
+    if isinstance(message, Rlerror):
+        return errno.errorcode.get(message.ecode, str(message.ecode))
+    if isinstance(message, Rerror):
+        return errno.errorcode.get(message.errno, str(message.errno))
+    if isinstance(message, Rwalk):
+        return len(message.qids)
+    if isinstance(message, Rread):
+        return message.data
+    if isinstance(message, Rreaddir):
+        return frozenset(entry.name for entry in message.entries)
+    if isinstance(message, Rreadlink):
+        return message.target
+    return "ok"
+
+
+def set_up(p9: Session, place: Place) -> RoundFids:
+    """The directory anew (f, d/x on the host; l through 9P, a symlink under every model), and the
+    round's fids."""
+    host = place.host_path()
+    for entry in host.iterdir():
+        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    (host / "f").write_bytes(CONTENT)
+    (host / "d").mkdir()
+    (host / "d" / "x").write_bytes(b"inner")
+    p9.rpc(Tsymlink(fid=place.fid, name="l", symtgt="f", gid=0))
+    listing, fo = p9.walk_fid(place.fid, []), p9.walk_fid(place.fid, ["f"])
+    p9.lopen(listing, os.O_RDONLY | os.O_DIRECTORY)
+    p9.lopen(fo, os.O_RDWR)
+    walked = {name: p9.walk_fid(place.fid, path) for name, path in
+              (("F", ["f"]), ("Dd", ["d"]), ("X", ["d", "x"]), ("L", ["l"]), ("C", []))}  # fmt: skip
+    clones = [p9.walk_fid(place.fid, []) for _ in range(2)]
+    return RoundFids(dir=place.fid, listing=listing, Fo=fo, new=p9.new_fid, clone=clones.pop, **walked)
+
+
+def raced(pair: str, ops: list[str], answers: tuple[object, ...]) -> int | None:
+    """The index of the pair's known race's request whose answer is the race's and which, read as
+    the answer it stands for, leaves answers some serial order gives; None when there is none."""
+    op, shows, stands_for, _ = RACES[pair]
+    for at, (sent, answer) in enumerate(zip(ops, answers, strict=True)):
+        if sent == op and answer in shows:
+            fixed = (*answers[:at], stands_for, *answers[at + 1 :])
+            if linearizations(ops, fixed, fresh):
+                return at
+    return None
+
+
+@pytest.mark.qemu_bug(fixed_in=(), race=True, raises=CreateRaceSeen, reason=CREATE_RACE,
+                      when={"pair": CREATE_RACE_PAIRS})  # fmt: skip
+@pytest.mark.qemu_bug(fixed_in=(), race=True, raises=SameFidRaceSeen, reason=SAME_FID_LCREATE_RACE,
+                      when={"pair": SAME_FID_PAIRS})  # fmt: skip
+@pytest.mark.fsdev(multidevs="warn")
+@case_path("concurrent/pairs/{pair}/{kick}", backends=["local"], pair=list(PAIRS), kick=["one_kick", "staggered"])
+def test_pair(place: Place, device: Any, request: pytest.FixtureRequest, pair: str, kick: str) -> None:
+    """The two requests of the pair in flight together: their answers are some serial order's."""
+    p9, races = place.session, RaceLog()
+    given = request.config.getoption("--concurrent-seed")
+    rounds = max(1, round(request.config.getoption("--concurrent-rounds") * SHARE))
+    seeds = [given] if given is not None else [random.Random(f"{pair}/{kick}/{n}").randrange(1 << 32)
+                                               for n in range(rounds)]  # fmt: skip
+    for seed in seeds:
+        ops = pair.split("+")
+        random.Random(seed).shuffle(ops)
+        fids = set_up(p9, place)
+        requests = [PAIR_OPS[op].request(fids) for op in ops]
+        if kick == "staggered":
+            pendings = [p9.send(r) for r in requests]
+        else:
+            with p9.batch():
+                pendings = [p9.send(r) for r in requests]
+        answers = tuple(observed(pending) for pending in pendings)
+        frames = [pending.wait().frame for pending in pendings]
+        for fid in sorted(p9.fids - {0, place.fid}):
+            p9.clunk(fid)
+        assert device.alive(), f"QEMU died in the round of seed {seed}: {ops}"
+        if pair in RACES:
+            races.chance(*[frame for op, frame in zip(ops, frames, strict=True) if op == RACES[pair][0]])
+        if not linearizations(ops, answers, fresh):
+            at = raced(pair, ops, answers) if pair in RACES else None
+            assert at is not None, (
+                f"round of seed {seed} (-k '{request.node.callspec.id}' --concurrent-seed {seed}): {ops} were "
+                f"answered {answers}, which no serial order gives; serial orders give "
+                f"{sorted(map(str, serial_outcomes(ops, fresh)))}"
+            )
+            races.saw(RACES[pair][3], f"seed {seed}", frames[at])
+    races.raise_if_seen(f"{RACES[pair][0] if pair in RACES else pair} answered as no serial order does")
