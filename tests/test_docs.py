@@ -116,3 +116,9 @@ def test_the_bench_figures_in_the_docs_are_the_benches_output(record: Path) -> N
     data = json.loads(record.read_text())
     text = bench.text_of_json(record) if "labels" in data else bench.suite_text(data)
     assert text in (PROJECT / "docs" / "speed.md").read_text(), f"docs/speed.md: paste {record.name}'s table"
+
+
+def test_the_matrices_page_is_made_from_the_tables() -> None:
+    from fixtures import matrices
+
+    assert matrices.PAGE.read_text() == matrices.page(), "python -m fixtures.matrices --write"
