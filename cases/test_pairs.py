@@ -11,10 +11,8 @@ listing race, which concurrent/rename_under_readers/*/remap and listing_under_un
 
 from __future__ import annotations
 
-import errno
 import os
 import random
-import shutil
 from typing import Any
 
 import pytest
@@ -22,7 +20,7 @@ import pytest
 from fixtures.batches import in_batches
 from fixtures.case_path import case_path
 from fixtures.oracle import linearizations, serial_outcomes
-from fixtures.pairs import CONTENT, PAIR_OPS, PAIRS, RoundFids, fresh
+from fixtures.pairs import PAIR_OPS, PAIRS, fresh, observed, set_up
 from fixtures.place import Place
 from fixtures.races import (
     CREATE_RACE,
@@ -33,19 +31,13 @@ from fixtures.races import (
     SameFidRaceSeen,
 )
 from harness.p9.messages import (
-    Rerror,
-    Rlerror,
     Rlopen,
-    Rread,
-    Rreaddir,
-    Rreadlink,
     Rwalk,
     Tclunk,
     Tlopen,
-    Tsymlink,
     Twalk,
 )
-from harness.p9.session import Pending, Session
+from harness.p9.session import Session
 
 #: share of --concurrent-rounds a pair runs (30 -> 3 rounds): 79 pairs, two kicks each
 SHARE = 0.1
@@ -87,43 +79,6 @@ RACES: dict[str, tuple[str, tuple[str, ...], str, type[KnownRaceSeen]]] = {
 }
 CREATE_RACE_PAIRS = ("rename_f_g+mkdir_f",)
 SAME_FID_PAIRS = ("lcreate_C+lcreate_C",)
-
-
-def observed(pending: Pending[Any]) -> object:
-    """An answer as the model gives it."""
-    message = pending.wait().message
-    if isinstance(message, Rlerror):
-        return errno.errorcode.get(message.ecode, str(message.ecode))
-    if isinstance(message, Rerror):
-        return errno.errorcode.get(message.errno, str(message.errno))
-    if isinstance(message, Rwalk):
-        return len(message.qids)
-    if isinstance(message, Rread):
-        return message.data
-    if isinstance(message, Rreaddir):
-        return frozenset(entry.name for entry in message.entries)
-    if isinstance(message, Rreadlink):
-        return message.target
-    return "ok"
-
-
-def set_up(p9: Session, place: Place) -> RoundFids:
-    """The directory anew (f, d/x on the host; l through 9P, a symlink under every model), and the
-    round's fids."""
-    host = place.host_path()
-    for entry in (entry for entry in host.iterdir() if entry.name != "hold"):
-        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-    (host / "f").write_bytes(CONTENT)
-    (host / "d").mkdir()
-    (host / "d" / "x").write_bytes(b"inner")
-    p9.rpc(Tsymlink(fid=place.fid, name="l", symtgt="f", gid=0))
-    listing, fo = p9.walk_fid(place.fid, []), p9.walk_fid(place.fid, ["f"])
-    p9.lopen(listing, os.O_RDONLY | os.O_DIRECTORY)
-    p9.lopen(fo, os.O_RDWR)
-    walked = {name: p9.walk_fid(place.fid, path) for name, path in
-              (("F", ["f"]), ("Dd", ["d"]), ("X", ["d", "x"]), ("L", ["l"]), ("C", []))}  # fmt: skip
-    clones = [p9.walk_fid(place.fid, []) for _ in range(2)]
-    return RoundFids(dir=place.fid, listing=listing, Fo=fo, new=p9.new_fid, clone=clones.pop, **walked)
 
 
 def raced(pair: str, ops: list[str], answers: tuple[object, ...]) -> int | None:
