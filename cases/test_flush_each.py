@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from fixtures.case_path import case_path
-from fixtures.pairs import PAIR_OPS, DirModel, fresh, observed, set_up
+from fixtures.oracle import observed
+from fixtures.pairs import PAIR_OPS, DirModel, fresh, set_up
 from fixtures.place import Place
 from harness.p9.messages import Rflush, Tflush
 from harness.p9.session import Session

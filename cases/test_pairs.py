@@ -19,8 +19,8 @@ import pytest
 
 from fixtures.batches import in_batches
 from fixtures.case_path import case_path
-from fixtures.oracle import linearizations, serial_outcomes
-from fixtures.pairs import PAIR_OPS, PAIRS, fresh, observed, set_up
+from fixtures.oracle import linearizations, observed, serial_outcomes
+from fixtures.pairs import PAIR_OPS, PAIRS, fresh, set_up
 from fixtures.place import Place
 from fixtures.races import (
     CREATE_RACE,
