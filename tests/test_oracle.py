@@ -17,7 +17,7 @@ from cases.test_concurrent import Model as DirModel
 from fixtures.operations import STATE_KINDS, state_outcome
 from fixtures.oracle import ANY, every_order, linearizations, serial_outcomes
 from fixtures.pairs import EXCLUDED, PAIRS, fresh
-from fixtures.races import CreateRaceSeen, KnownRaceSeen, ListingRaceSeen, RaceLog
+from fixtures.races import CreateRaceSeen, KnownRaceSeen, ListingRaceSeen, RaceLog, WalkRaceSeen
 
 
 @dataclass
@@ -174,3 +174,20 @@ def test_each_state_refuses_an_answer_a_slip_would_give(state: str) -> None:
     op, slipped = STATE_SLIPS[state]
     for model in ("passthrough", "mapped-xattr"):
         assert state_outcome(op, state, model) != slipped, (state, op, model)
+
+
+def test_a_walk_race_reproducer_wants_every_name_or_an_error() -> None:
+    from harness.p9 import wire
+    from harness.p9.messages import Rlerror, Rwalk, Twalk
+    from harness.p9.trace import Expectation, Step
+    from harness.tools.replay import _differs
+
+    wanted = WalkRaceSeen.expected()
+    assert Expectation.parse(wanted.line()) == wanted
+    qid = wire.Qid(type=wire.QTDIR, version=0, path=1)
+    walk = wire.encode(Twalk(fid=1, newfid=2, wnames=["d", "x"]), tag=3)
+    step = Step(walk, None, wanted)
+    assert _differs(step, wire.encode(Rwalk(qids=[qid, qid]), tag=3), local=True, died=False, race=True) is None
+    assert _differs(step, wire.encode(Rlerror(ecode=errno.ENOENT), tag=3), local=True, died=False, race=True) is None
+    partial = _differs(step, wire.encode(Rwalk(qids=[qid]), tag=3), local=True, died=False, race=True)
+    assert partial is not None and "the race" in partial

@@ -43,6 +43,10 @@ SUCCESS = 0
 BATCH_BEGIN, BATCH_END = "batch: one kick", "end of batch"
 
 
+#: a Twalk's expectation in a race's reproducer: every name, or none (an error)
+WHOLE_WALK = "<== every name walked, or an error"
+
+
 @dataclass(frozen=True)
 class Expectation:
     """What the case wanted of one reply: an errno (:data:`SUCCESS`: a reply of the request's own
@@ -55,8 +59,13 @@ class Expectation:
     at_most: int = 0
     #: the errno is the one answer not wanted
     anything_but: bool = False
+    #: a Twalk's reply walks every name or is an error, never a part (a race's: the names moved
+    #: while the walk went through them)
+    whole_walk: bool = False
 
     def line(self) -> str:
+        if self.whole_walk:
+            return WHOLE_WALK
         if self.errno is None:
             return f"<== {self.field} at most {self.at_most}"
         if self.anything_but:
@@ -65,6 +74,8 @@ class Expectation:
 
     @classmethod
     def parse(cls, line: str) -> Expectation:
+        if line.startswith(WHOLE_WALK):
+            return cls(whole_walk=True)
         if line.startswith("<== success"):
             return cls(SUCCESS)
         if line.startswith("<== anything but "):

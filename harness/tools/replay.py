@@ -135,6 +135,12 @@ def _differs(step: Step, frame: bytes | None, local: bool, died: bool, race: boo
         return None
     if frame is None:
         return "no reply (QEMU hangs on it)" if step.reply is not None or wanted is not None else None
+    if wanted is not None and wanted.whole_walk:
+        qids = getattr(_decoded(frame), "qids", None)
+        names = getattr(_decoded(step.request), "wnames", None)
+        if _errno_of(frame) is not None or (qids is not None and names is not None and len(qids) == len(names)):
+            return None
+        return f"expected every name walked or an error, got {_shown(frame)} (the race)"
     if wanted is not None and wanted.errno is None:  # a field's bound
         value = getattr(_decoded(frame), wanted.field, None)
         if isinstance(value, int) and value <= wanted.at_most:
