@@ -18,14 +18,14 @@ import itertools
 import os
 import random
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fixtures.batches import in_batches
+from fixtures.batches import in_batches, round_seeds, send_group
 from fixtures.case_path import case_path
 from fixtures.oracle import observed, serial_outcomes
 from fixtures.place import Place
@@ -203,33 +203,6 @@ def one_round(
     for fid in sorted(p9.fids - {0, place.fid}):
         p9.clunk(fid)
     return ops, answers
-
-
-def send_group(
-    p9: Session, requests: Sequence[TMessage[Any]], staggered: bool, frames: list[bytes] | None = None
-) -> tuple[Outcome, ...]:
-    """All of ``requests`` in flight together: in one kick, or one kick each; then every answer
-    (and, given ``frames``, the reply frames in the order of ``requests``, replacing its content)."""
-    if staggered:
-        pendings = [p9.send(request) for request in requests]
-    else:
-        with p9.batch():
-            pendings = [p9.send(request) for request in requests]
-    answers = tuple(observed(pending) for pending in pendings)
-    if frames is not None:
-        frames[:] = [pending.wait().frame for pending in pendings]
-    return answers
-
-
-def round_seeds(request: pytest.FixtureRequest, share: float = 1.0) -> list[int]:
-    """A seed per round, drawn from the case's id (the same rounds every run), or the one
-    ``--concurrent-seed`` names; ``share`` of ``--concurrent-rounds`` for a case whose rounds
-    cost more."""
-    given = request.config.getoption("--concurrent-seed")
-    if given is not None:
-        return [given]
-    rounds = max(1, round(request.config.getoption("--concurrent-rounds") * share))
-    return [random.Random(f"{request.node.nodeid}/{n}").randrange(1 << 32) for n in range(rounds)]
 
 
 def assert_serial(request: pytest.FixtureRequest, seed: int, ops: list[str], answers: tuple[Outcome, ...],

@@ -11,11 +11,11 @@ model's with the request done, or, when it was flushed, with it done or not.
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import pytest
 
+from fixtures.batches import round_seeds
 from fixtures.case_path import case_path
 from fixtures.oracle import observed
 from fixtures.pairs import PAIR_OPS, DirModel, fresh, set_up
@@ -70,9 +70,6 @@ def test_flush_of_each_request(place: Place, device: Any, request: pytest.Fixtur
                                flushes: str) -> None:  # fmt: skip
     """The request and its Tflush (or two) in one kick: each Rflush after the request's return,
     the request answered as alone or flushed, the directory the model's."""
-    rounds = max(1, round(request.config.getoption("--concurrent-rounds") * SHARE))
-    given = request.config.getoption("--concurrent-seed")
-    for seed in [given] if given is not None else [random.Random(f"{op}/{flushes}/{n}").randrange(1 << 32)
-                                                   for n in range(rounds)]:  # fmt: skip
+    for seed in round_seeds(request, SHARE):
         one_round(place.session, place, op, 1 if flushes == "one" else 2, seed)
         assert device.alive()

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from fixtures.batches import in_batches
+from fixtures.batches import in_batches, round_seeds, send_group
 from fixtures.case_path import case_path
-from fixtures.oracle import linearizations, observed, serial_outcomes
+from fixtures.oracle import linearizations, serial_outcomes
 from fixtures.pairs import PAIR_OPS, PAIRS, fresh, relation, set_up
 from fixtures.place import Place
 from fixtures.races import (
@@ -117,15 +117,8 @@ def one_round(p9: Session, place: Place, ops: list[str], staggered: bool, held: 
         tuple[object, ...], list[bytes]]:  # fmt: skip
     """The group's requests in flight together (one kick, or one each), on a directory set up anew:
     their answers and reply frames; every fid but the held ones clunked after."""
-    fids = set_up(p9, place)
-    requests = [PAIR_OPS[op].request(fids) for op in ops]
-    if staggered:
-        pendings = [p9.send(r) for r in requests]
-    else:
-        with p9.batch():
-            pendings = [p9.send(r) for r in requests]
-    answers = tuple(observed(pending) for pending in pendings)
-    frames = [pending.wait().frame for pending in pendings]
+    fids, frames = set_up(p9, place), list[bytes]()
+    answers = send_group(p9, [PAIR_OPS[op].request(fids) for op in ops], staggered, frames)
     for fid in sorted(p9.fids - {0, place.fid, *held}):
         p9.clunk(fid)
     return answers, frames
@@ -147,12 +140,6 @@ def judge(request: pytest.FixtureRequest, seed: int, ops: list[str], answers: tu
     races.saw(found[1], f"seed {seed}", frames[found[0]])
 
 
-def seeds(request: pytest.FixtureRequest, name: str, share: float) -> list[int]:
-    given = request.config.getoption("--concurrent-seed")
-    rounds = max(1, round(request.config.getoption("--concurrent-rounds") * share))
-    return [given] if given is not None else [random.Random(f"{name}/{n}").randrange(1 << 32) for n in range(rounds)]
-
-
 @pytest.mark.qemu_bug(fixed_in=(), race=True, raises=CreateRaceSeen, reason=CREATE_RACE,
                       when={"pair": CREATE_RACE_PAIRS})  # fmt: skip
 @pytest.mark.qemu_bug(fixed_in=(), race=True, raises=SameFidRaceSeen, reason=SAME_FID_LCREATE_RACE,
@@ -167,7 +154,7 @@ def test_pair(place: Place, device: Any, request: pytest.FixtureRequest, pair: s
     (``nofile_200``: QEMU at RLIMIT_NOFILE 200, past its descriptor reclaim mark; ``nofile_0``: its own limit)."""
     p9, races = place.session, RaceLog()
     held = hold_open(p9, place) if nofile else []
-    for seed in seeds(request, f"{pair}/{kick}", SHARE):
+    for seed in round_seeds(request, SHARE):
         ops = pair.split("+")
         random.Random(seed).shuffle(ops)
         answers, frames = one_round(p9, place, ops, kick == "staggered", held)
@@ -193,7 +180,7 @@ def test_triples(place: Place, device: Any, request: pytest.FixtureRequest, kick
     """Three requests drawn by each round's seed (at least two of them able to conflict) in flight
     together: their answers are some serial order's. ``--concurrent-seed S`` replays a round."""
     p9, races = place.session, RaceLog()
-    for seed in seeds(request, f"triples/{kick}", 1.0):
+    for seed in round_seeds(request):
         ops = draw_triple(seed)
         answers, frames = one_round(p9, place, ops, kick == "staggered", [])
         assert device.alive(), f"QEMU died in the round of seed {seed}: {ops}"
