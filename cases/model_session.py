@@ -3,7 +3,8 @@
 Hypothesis drives Tmkdir, Tlcreate, Twrite, Tread, Treaddir, Tunlinkat and Trenameat (walking and
 clunking fids as it goes) against an in-memory model of the tree, and checks every reply, error
 or not, against the model. Its ``batch`` rule puts two or three of Tmkdir, Tunlinkat, Trenameat,
-Twalk and Treaddir in flight in one kick and checks that their replies are those of some serial
+Twalk and Treaddir in flight in one kick, and its ``pairs`` rule two or three rows of the pairs'
+table (fixtures/pairs.py) in a directory beside the tree; each checks that the replies are those of some serial
 order of them (fixtures/oracle.py, the one oracle the concurrent family asks too), and that the
 tree afterwards is that order's; hypothesis shrinks a failure to the smallest batch that shows it, and the case's
 reproducer replays each batch in one kick as it was sent. A module of its own, imported when the
@@ -14,18 +15,22 @@ from __future__ import annotations
 
 import copy
 import errno
+import itertools
 import os
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hypothesis import assume
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, multiple, rule
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, multiple, precondition, rule
 
+from fixtures.batches import send_group
 from fixtures.oracle import ANY, linearizations, serial_outcomes
-from fixtures.races import CreateRaceSeen, KnownRaceSeen, ListingRaceSeen, RaceLog
+from fixtures.pairs import PAIR_OPS, judge_group, relation, set_up
+from fixtures.races import CreateRaceSeen, ListingRaceSeen, RaceLog, Stand, excuse
 from harness.errors import P9Rlerror
 from harness.p9 import wire
 from harness.p9.messages import Rerror, Rlerror, Rreaddir, Rwalk, Tmkdir, Treaddir, Trenameat, Tunlinkat, Twalk
@@ -222,7 +227,13 @@ class SessionAgainstModel(RuleBasedStateMachine):
     files = Bundle("files")
 
     def __init__(
-        self, session: Session, base: int, top: str, remaps: bool = False, races: RaceLog | None = None
+        self,
+        session: Session,
+        base: int,
+        top: str,
+        remaps: bool = False,
+        races: RaceLog | None = None,
+        host: Path | None = None,
     ) -> None:
         super().__init__()
         self.p9, self.base, self.top = session, base, top
@@ -231,6 +242,11 @@ class SessionAgainstModel(RuleBasedStateMachine):
         self.remaps, self.races = remaps, races if races is not None else RaceLog()
         self.model = Model()
         session.mkdir(base, top)
+        #: where the ``pairs`` rule works: ``{top}.pairs`` beside the tree, on the host at
+        #: ``host`` (the base directory's host path; no host, no rule)
+        self.pairs_host = None if host is None else host / f"{top}.pairs"
+        if self.pairs_host is not None:
+            session.mkdir(base, self.pairs_host.name)
 
     @initialize(target=dirs)
     def root(self) -> tuple[str, ...]:
@@ -439,17 +455,19 @@ class SessionAgainstModel(RuleBasedStateMachine):
             return BatchModel(self.model, fid_paths)
 
         orders = linearizations(sent, answers, start)
-        race = None
+        raced = False
         if not orders:  # a known race's answer stands for the one a serial order gives: noted, checked so
-            answers, race = self.known_race(ops, answers, [pending.wait().frame for pending in pendings])
-            orders = linearizations(sent, answers, start)
-            if orders and race is not None:
-                self.races.saw(type(race), str(race), race.reply)
+            excused = excuse(answers, self.stands(ops, answers), lambda read: bool(linearizations(sent, read, start)))
+            if excused is not None:
+                stand, answers = excused
+                orders, raced = linearizations(sent, answers, start), True
+                where = f"{ops[stand.at]} beside {', '.join(map(str, ops))}"
+                self.races.saw(stand.race, where, pendings[stand.at].wait().frame)
         assert orders, (
             f"batch {[str(op) for op in ops]} answered {answers}, which no serial order gives "
             f"(serial orders: {sorted(str(got) for got in serial_outcomes(sent, start))})"
         )
-        if race is None:
+        if not raced:
             self.model = self.settle([m.tree for m in orders])
             return
         # a raced Tmkdir may also have removed, by name, a directory another request made: the
@@ -463,24 +481,37 @@ class SessionAgainstModel(RuleBasedStateMachine):
             else:
                 self.model.nodes[path] = found
 
-    def known_race(
-        self, ops: list[BatchOp], answers: tuple[object, ...], frames: list[bytes]
-    ) -> tuple[tuple[object, ...], KnownRaceSeen | None]:
-        """The answers with those of the known races (fixtures/races.py) put back as the answer
-        they stand for, and the race: a listing failed with ENOENT beside a remove where QEMU
-        remaps (any listing), a Tmkdir answered ENOENT beside a remove of its name (it made the
-        directory: 0)."""
+    @precondition(lambda self: self.pairs_host is not None)
+    @rule(ops=st.lists(st.sampled_from(sorted(PAIR_OPS)), min_size=2, max_size=3), staggered=st.booleans())
+    def pairs(self, ops: list[str], staggered: bool) -> None:
+        """Two or three rows of the pairs' table (fixtures/pairs.py, the one concurrent/pairs and
+        triples send) in flight together, in a directory of their own beside the tree, judged by
+        the same judge (fixtures/pairs.judge_group): some serial order's answers, or a known race
+        read as what it stands for (noted, as the batches' are)."""
+        assume(any(relation(a, b) for a, b in itertools.combinations(ops, 2)))
+        assert self.pairs_host is not None
+        directory = self.p9.walk_fid(self.base, [self.pairs_host.name])
+        frames = list[bytes]()
+        try:
+            fids = set_up(self.p9, directory, self.pairs_host)
+            answers = send_group(self.p9, [PAIR_OPS[op].request(fids) for op in ops], staggered, frames)
+        finally:
+            for fid in sorted(self.p9.fids - {0, self.base}):
+                self.p9.clunk(fid)
+        failure = judge_group(ops, answers, frames, self.races, f"pairs {'+'.join(ops)}", remaps=self.remaps)
+        assert failure is None, failure
+
+    def stands(self, ops: list[BatchOp], answers: tuple[object, ...]) -> list[Stand]:
+        """The answers of the known races (fixtures/races.py), each with the answer it stands for:
+        a listing failed with ENOENT beside a remove where QEMU remaps (any listing), a Tmkdir
+        answered ENOENT beside a remove of its name (it made the directory: 0)."""
         removed = {op.path for op in ops if op.kind in ("unlink", "rmdir", "rename")}
-        fixed: list[object] = list(answers)
-        race: KnownRaceSeen | None = None
-        for at, (op, answer) in enumerate(zip(ops, answers, strict=True)):
-            if answer != errno.ENOENT:
-                continue
-            if op.kind == "readdir" and self.remaps and removed:
-                fixed[at], race = ANY, ListingRaceSeen(f"listing beside {', '.join(map(str, ops))}", frames[at])
-            elif op.kind == "mkdir" and op.path in removed:
-                fixed[at], race = 0, CreateRaceSeen(f"{op} beside {', '.join(map(str, ops))}", frames[at])
-        return tuple(fixed), race
+        return [
+            Stand(at, (ANY,), ListingRaceSeen) if op.kind == "readdir" else Stand(at, (0,), CreateRaceSeen)
+            for at, (op, answer) in enumerate(zip(ops, answers, strict=True))
+            if answer == errno.ENOENT
+            and ((op.kind == "readdir" and self.remaps and removed) or (op.kind == "mkdir" and op.path in removed))
+        ]
 
     def request(self, op: BatchOp, fids: list[int], top: int, listing: int) -> Any:
         if op.kind == "mkdir":

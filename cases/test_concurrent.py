@@ -14,7 +14,6 @@ round has a seed of its own, the same every run; a case that fails names it, and
 from __future__ import annotations
 
 import functools
-import itertools
 import os
 import random
 import shutil
@@ -29,7 +28,16 @@ from fixtures.batches import in_batches, round_seeds, send_group
 from fixtures.case_path import case_path
 from fixtures.oracle import observed, serial_outcomes
 from fixtures.place import Place
-from fixtures.races import CREATE_RACE, LISTING_RACE, RENAME_LISTING_RACE, CreateRaceSeen, ListingRaceSeen, RaceLog
+from fixtures.races import (
+    CREATE_RACE,
+    LISTING_RACE,
+    RENAME_LISTING_RACE,
+    CreateRaceSeen,
+    ListingRaceSeen,
+    RaceLog,
+    Stand,
+    excuse,
+)
 from harness.p9 import wire
 from harness.p9.messages import (
     Rclunk,
@@ -338,17 +346,19 @@ def explained_by_race(ops: list[str], answers: tuple[Outcome, ...], start: str |
     QEMU removes the directory a failed Tmkdir made, by name (local_mkdir's err_end), and that
     can be another request's directory by then (master, security_model=none: two Tmkdirs both
     answered ENOENT and a Tsymlink of the name succeeded). The first raced reply's index, or None
-    when no such reading explains the replies."""
-    raced = [
-        i for i, (op, got) in enumerate(zip(ops, answers, strict=True)) if op in CREATORS and got in CREATE_RACE_ERRNOS
+    when no such reading explains the replies (fixtures/races.excuse reads them)."""
+    stands = [
+        Stand(at, ("ok", RACED), CreateRaceSeen)
+        for at, (op, got) in enumerate(zip(ops, answers, strict=True))
+        if op in CREATORS and got in CREATE_RACE_ERRNOS
     ]
-    for made in itertools.product((True, False), repeat=len(raced)):
-        variant, wanted = list(ops), list(answers)
-        for at, kept in zip(raced, made, strict=True):
-            variant[at], wanted[at] = (ops[at], "ok") if kept else (RACED, RACED)
-        if raced and tuple(wanted) in serial_outcomes(variant, functools.partial(NameModel, start)):
-            return raced[0]
-    return None
+
+    def fits(read: tuple[object, ...]) -> bool:  # a creation read as gone at once is the model's RACED request
+        variant = [RACED if got == RACED else op for op, got in zip(ops, read, strict=True)]
+        return read in serial_outcomes(variant, functools.partial(NameModel, start))
+
+    found = excuse(answers, stands, fits)
+    return None if found is None else found[0].at
 
 
 NAME_REQUESTS: dict[str, Callable[[Session, int], TMessage[Any]]] = {

@@ -41,7 +41,7 @@ def content(place: Place, model: DirModel) -> bytes | None:
 
 
 def one_round(p9: Session, place: Place, op: str, flushes: int, seed: int) -> None:
-    fids = set_up(p9, place)
+    fids = set_up(p9, place.fid, place.host_path())
     request = PAIR_OPS[op].request(fids)
     with p9.batch():
         pending = p9.send(request)

@@ -50,6 +50,7 @@ def test_session_against_a_model(place: Place, qemu_under_test: Any, request: py
     remaps = versions.has(qemu_under_test.probe.version, versions.REMAP_DEFAULT)
     # "state_machine_factory is anything which returns an instance of RuleBasedStateMachine when
     # called with no arguments" (its docstring); the annotation says type[...] only
-    factory = lambda: SessionAgainstModel(place.session, place.fid, f"run{next(runs)}", remaps, races)  # noqa: E731
+    host = place.host_path()
+    factory = lambda: SessionAgainstModel(place.session, place.fid, f"run{next(runs)}", remaps, races, host)  # noqa: E731
     run_state_machine_as_test(factory, settings=budget(request.config.getoption("hypothesis_seed", None)))  # type: ignore[arg-type]
     races.raise_if_seen("a known race showed")

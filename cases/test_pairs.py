@@ -20,8 +20,17 @@ import pytest
 
 from fixtures.batches import in_batches, round_seeds, send_group
 from fixtures.case_path import case_path
-from fixtures.oracle import linearizations, serial_outcomes
-from fixtures.pairs import PAIR_OPS, PAIRS, fresh, relation, set_up
+from fixtures.pairs import (
+    CREATE_RACE_PAIRS,
+    PAIR_OPS,
+    PAIRS,
+    SAME_FID_PAIRS,
+    TRIPLE_RACES,
+    WALK_RACE_PAIRS,
+    judge_group,
+    relation,
+    set_up,
+)
 from fixtures.place import Place
 from fixtures.races import (
     CREATE_RACE,
@@ -72,53 +81,11 @@ def hold_open(p9: Session, place: Place) -> list[int]:
     return fids
 
 
-#: pair -> the known race it can meet: the request that shows it, the answers it shows as, the
-#: answer they stand for, and what the case raises once every other answer held
-#: the pairs of each known race, literal for the markers' ``when`` (known_bugs reads them unimported)
-CREATE_RACE_PAIRS = ("rename_f_g+mkdir_f",)
-SAME_FID_PAIRS = ("lcreate_C+lcreate_C",)
-WALK_RACE_PAIRS = ("walk_dx+rename_d_e",)
-RACES: dict[str, tuple[str, tuple[object, ...], tuple[object, ...], type[KnownRaceSeen]]] = {
-    # a rename of the name a Tmkdir made, before its lstat() (fixtures/races.py CREATE_RACE)
-    **dict.fromkeys(CREATE_RACE_PAIRS, ("mkdir_f", ("ENOENT", "ELOOP", "EPERM"), ("ok",), CreateRaceSeen)),
-    # two Tlcreate of one fid (fixtures/races.py SAME_FID_LCREATE_RACE)
-    **dict.fromkeys(SAME_FID_PAIRS, ("lcreate_C", ("ENOTDIR",), ("EINVAL",), SameFidRaceSeen)),
-    # a walk through a directory renamed between two lookups: a part of it, standing for the whole
-    # walk (before the rename) or for the first name failing (after it) (WALK_RENAME_RACE)
-    **dict.fromkeys(WALK_RACE_PAIRS, ("walk_dx", (1,), (2, "ENOENT"), WalkRaceSeen)),
-}
-#: the triples meet the pairs' races when a draw holds one of those pairs
-TRIPLE_RACES = (
-    "a triple holding one of the pairs' races meets it: a Tmkdir beside a rename of the name it made answers "
-    "ENOENT though it made the directory (CREATE_RACE), two Tlcreate of one fid answer ENOTDIR for the second "
-    "(SAME_FID_LCREATE_RACE), a walk through a directory renamed meanwhile answers a part of its names "
-    "(WALK_RENAME_RACE); no QEMU fixes any of them"
-)
-
-
-def races_of(ops: list[str]) -> list[str]:
-    """The known races a group of requests can meet: those whose pair is in it."""
-    return [pair for pair in RACES if all(ops.count(op) >= pair.split("+").count(op) for op in pair.split("+"))]
-
-
-def raced(ops: list[str], answers: tuple[object, ...]) -> tuple[int, type[KnownRaceSeen]] | None:
-    """A request whose answer is a known race's (of a pair in the group) and which, read as the
-    answer it stands for, leaves answers some serial order gives: its index and the race; None
-    when there is none."""
-    for pair in races_of(ops):
-        op, shows, stands_for, race = RACES[pair]
-        for at, (sent, answer) in enumerate(zip(ops, answers, strict=True)):
-            for meant in stands_for if sent == op and answer in shows else ():
-                if linearizations(ops, (*answers[:at], meant, *answers[at + 1 :]), fresh):
-                    return at, race
-    return None
-
-
 def one_round(p9: Session, place: Place, ops: list[str], staggered: bool, held: list[int]) -> tuple[
         tuple[object, ...], list[bytes]]:  # fmt: skip
     """The group's requests in flight together (one kick, or one each), on a directory set up anew:
     their answers and reply frames; every fid but the held ones clunked after."""
-    fids, frames = set_up(p9, place), list[bytes]()
+    fids, frames = set_up(p9, place.fid, place.host_path()), list[bytes]()
     answers = send_group(p9, [PAIR_OPS[op].request(fids) for op in ops], staggered, frames)
     for fid in sorted(p9.fids - {0, place.fid, *held}):
         p9.clunk(fid)
@@ -128,17 +95,10 @@ def one_round(p9: Session, place: Place, ops: list[str], staggered: bool, held: 
 def judge(request: pytest.FixtureRequest, seed: int, ops: list[str], answers: tuple[object, ...],
           frames: list[bytes], races: RaceLog) -> None:  # fmt: skip
     """Some serial order's answers, or a known race's (noted in ``races``, with every chance)."""
-    racy = {RACES[pair][0] for pair in races_of(ops)}
-    races.chance(*[frame for op, frame in zip(ops, frames, strict=True) if op in racy])
-    if linearizations(ops, answers, fresh):
-        return
-    found = raced(ops, answers)
-    assert found is not None, (
-        f"round of seed {seed} (-k '{request.node.callspec.id}' --concurrent-seed {seed}): {ops} were "
-        f"answered {answers}, which no serial order gives; serial orders give "
-        f"{sorted(map(str, serial_outcomes(ops, fresh)))}"
+    failure = judge_group(ops, answers, frames, races, f"seed {seed}")
+    assert failure is None, (
+        f"round of seed {seed} (-k '{request.node.callspec.id}' --concurrent-seed {seed}): {failure}"
     )
-    races.saw(found[1], f"seed {seed}", frames[found[0]])
 
 
 @pytest.mark.qemu_bug(fixed_in=(), race=True, raises=CreateRaceSeen, reason=CREATE_RACE,
