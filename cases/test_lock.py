@@ -15,10 +15,12 @@ from fixtures.pool import Device
 from harness.errors import QEMUExited
 from harness.p9.messages import Tgetlock, Tlock
 from harness.p9.session import Session
+from harness.p9.wire import P9_LOCK_BLOCKED as LOCK_BLOCKED
+from harness.p9.wire import P9_LOCK_SUCCESS as LOCK_SUCCESS
+from harness.p9.wire import P9_LOCK_TYPE_RDLCK as RDLCK
+from harness.p9.wire import P9_LOCK_TYPE_UNLCK as UNLCK
+from harness.p9.wire import P9_LOCK_TYPE_WRLCK as WRLCK
 from harness.qemu import versions
-
-LOCK_SUCCESS, LOCK_BLOCKED = 0, 1
-RDLCK, WRLCK, UNLCK = 0, 1, 2
 
 
 def open_twice(place: Place) -> tuple[int, int]:

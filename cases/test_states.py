@@ -22,14 +22,21 @@ import pytest
 
 from fixtures.case_path import case_path
 from fixtures.expect import UnexpectedReply
-from fixtures.operations import CHANGES_ROOT, FID_OPS, STATE_KINDS, Subject, state_outcome
+from fixtures.operations import (
+    CHANGES_ROOT,
+    FID_OPS,
+    STATE_CONTENT,
+    STATE_KINDS,
+    Seen,
+    Subject,
+    state_outcome,
+)
 from fixtures.place import Place
 from fixtures.refusal import UNKNOWN, assert_refused
 from harness.errors import P9Rlerror
 from harness.p9.messages import Tclunk, Tunlinkat, Txattrwalk
 from harness.qemu import versions
 
-CONTENT = b"state content"
 MODELS = ["passthrough", "mapped-xattr"]
 #: the states whose fid is held, on anything but a symlink
 MAPPED_NOT_LINKS = ("file", "open", "xattr", "replaced_by_dir_host", "dir", "fifo", "root")
@@ -107,7 +114,7 @@ def populate(place: Place) -> None:
     """The file ``f``, the directory ``d``, the symlink ``l`` (to f) and the FIFO ``p``, all made
     on the host (under mapped-xattr: without the metadata QEMU would have given them)."""
     host = place.host_path()
-    (host / "f").write_bytes(CONTENT)
+    (host / "f").write_bytes(STATE_CONTENT)
     (host / "d").mkdir()
     (host / "l").symlink_to("f")
     os.mkfifo(host / "p", 0o600)
@@ -118,19 +125,39 @@ def changes_root(state: str, op: str, **_: Any) -> bool:
     return state == "root" and op in CHANGES_ROOT
 
 
+#: state -> the node its fid is on, in the case's directory (the root's: the export, its parent)
+NODE = {"file": "f", "open": "f", "xattr": "f", "open_removed_host": "f", "replaced_by_dir_host": "f", "dir": "d",
+        "symlink": "l", "fifo": "p"}  # fmt: skip
+
+
+def seen(place: Place, state: str, security_model: str) -> Seen:
+    """The host around the request: the node the state's fid is on (None: gone from its path)."""
+    kinds = STATE_KINDS[state]
+    assert kinds is not None
+    node = place.host_path().parent if state == "root" else place.host_path(NODE[state]) if state in NODE else None
+    if node is not None and not (node.exists() or node.is_symlink()):
+        node = None
+    before = node.lstat() if node is not None else None
+    return Seen(node, before, place.host_path(), security_model, kinds[0], kinds[2])
+
+
 def check(place: Place, state: str, op: str, security_model: str, version: str) -> None:
-    """The request on a fid in the state answers as the oracle says; a refusal changes nothing."""
+    """The request on a fid in the state answers as the oracle says: a refusal with its errno,
+    changing nothing; a success with every field the oracle knows (its row's ``returns`` in FID_OPS) and its effect on
+    the host."""
     p9 = place.session
     populate(place)
     fid = MAKE[state](place)
-    other = _walked(place) if place.host_path("f").is_file() else place.fid
-    request = FID_OPS[op](Subject(fid, place.fid, other))
+    # a link's source when the subject is a directory: walked only for that request
+    other = _walked(place) if op == "link_dir" and place.host_path("f").is_file() else place.fid
+    request = FID_OPS[op].request(Subject(fid, place.fid, other))
     native = versions.has(version, versions.MAPPED_NATIVE_SYMLINK)
     want = state_outcome(op, state, security_model, native_symlinks=native)
     if want:
         assert_refused(place, request, want)
     else:
-        p9.rpc(request)
+        host = seen(place, state, security_model)
+        FID_OPS[op].returns(p9.rpc(request), host)
     for held in sorted(p9.fids - {0, place.fid}):
         p9.send(Tclunk(fid=held)).wait()  # an xattr fid's clunk may refuse (nothing written): beside the point
 
@@ -166,10 +193,6 @@ def check(place: Place, state: str, op: str, security_model: str, version: str) 
 )
 @case_path("states/{state}/{op}/{security_model}", backends=["local"], state=list(MAKE), op=list(FID_OPS),
            security_model=MODELS, unless=changes_root)  # fmt: skip
-def test_operation_in_state(
-    place: Place, qemu_under_test: Any, state: str, op: str, security_model: str
-) -> None:
+def test_operation_in_state(place: Place, qemu_under_test: Any, state: str, op: str, security_model: str) -> None:
     """Each request that takes a fid, on a fid in each state, as the oracle says."""
     check(place, state, op, security_model, qemu_under_test.probe.version)
-
-

@@ -5,7 +5,10 @@ refused, for every model the cases and the hunter judge with; a race raises with
 from __future__ import annotations
 
 import errno
+import os
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -14,7 +17,7 @@ from hypothesis import strategies as st
 from cases.model_session import BatchModel, BatchOp, Model, Sent
 from cases.test_concurrent import FidModel, NameModel, WstatModel
 from cases.test_concurrent import Model as DirModel
-from fixtures.operations import STATE_KINDS, state_outcome
+from fixtures.operations import FID_OPS, STATE_CONTENT, STATE_KINDS, Seen, state_outcome
 from fixtures.oracle import ANY, every_order, linearizations, serial_outcomes
 from fixtures.pairs import EXCLUDED, PAIRS, fresh
 from fixtures.races import CreateRaceSeen, KnownRaceSeen, ListingRaceSeen, RaceLog, WalkRaceSeen
@@ -191,3 +194,64 @@ def test_a_walk_race_reproducer_wants_every_name_or_an_error() -> None:
     assert _differs(step, wire.encode(Rlerror(ecode=errno.ENOENT), tag=3), local=True, died=False, race=True) is None
     partial = _differs(step, wire.encode(Rwalk(qids=[qid]), tag=3), local=True, died=False, race=True)
     assert partial is not None and "the race" in partial
+
+
+def _returns_seen(tmp_path: Path, kind: str = "file", held: str = "walked", model: str = "passthrough") -> Seen:
+    """A case directory as test_states makes it (f, d), the fid on f or d."""
+    (tmp_path / "f").write_bytes(STATE_CONTENT)
+    (tmp_path / "d").mkdir()
+    node = tmp_path / ("d" if kind == "dir" else "f")
+    return Seen(node, node.lstat(), tmp_path, model, kind, held)
+
+
+def test_each_success_row_refuses_a_reply_a_slip_would_give(tmp_path: Path) -> None:
+    """FID_OPS' returns on recorded replies: a right one passes, one a server slip would give fails
+    (a field off by one, the wrong kind, a node not made or not moved)."""
+    from harness.p9 import wire
+    from harness.p9.messages import Rgetattr, Rlcreate, Rread, Rreadlink, Rstatfs, Rwalk, Rwrite
+
+    seen = _returns_seen(tmp_path)
+    host, fs = (tmp_path / "f").lstat(), os.statvfs(tmp_path)
+    qid = wire.Qid(type=wire.QTFILE, version=0, path=1)
+
+    right_attr = Rgetattr(valid=wire.GETATTR_BASIC, qid=qid, mode=host.st_mode, uid=host.st_uid, gid=host.st_gid,
+                          nlink=host.st_nlink, rdev=0, size=host.st_size, blksize=4096, blocks=1, atime_sec=0,
+                          atime_nsec=0, mtime_sec=0, mtime_nsec=0, ctime_sec=0, ctime_nsec=0, btime_sec=0,
+                          btime_nsec=0, gen=0, data_version=0)  # fmt: skip
+
+    def attr(**change: Any) -> Rgetattr:
+        return Rgetattr(**{**vars(right_attr), **change})
+
+    statfs = dict(type=0x01021994, bsize=fs.f_bsize, blocks=fs.f_blocks, bfree=fs.f_bfree, bavail=fs.f_bavail,
+                  files=fs.f_files, ffree=fs.f_ffree, fsid=0, namelen=fs.f_namemax)  # fmt: skip
+    right_and_slipped = [
+        ("getattr", attr(), attr(size=host.st_size + 1)),
+        ("getattr", attr(), attr(mode=host.st_mode ^ 0o100)),
+        ("getattr", attr(), attr(qid=wire.Qid(type=wire.QTDIR, version=0, path=1))),
+        ("walk_clone", Rwalk(qids=[]), Rwalk(qids=[qid])),
+        ("statfs", Rstatfs(**statfs), Rstatfs(**{**statfs, "namelen": fs.f_namemax - 1})),
+        ("readlink", Rreadlink(target="f"), Rreadlink(target="state content")),
+    ]
+    for op, right, slipped in right_and_slipped:
+        FID_OPS[op].returns(right, seen)
+        with pytest.raises(AssertionError):
+            FID_OPS[op].returns(slipped, seen)
+    (tmp_path / "o").mkdir()
+    opened = _returns_seen(tmp_path / "o", held="open")
+    FID_OPS["read"].returns(Rread(data=STATE_CONTENT), opened)
+    with pytest.raises(AssertionError):
+        FID_OPS["read"].returns(Rread(data=STATE_CONTENT[:-1]), opened)
+    with pytest.raises(AssertionError):  # the reply says written, the file does not hold it
+        FID_OPS["write"].returns(Rwrite(count=2), opened)
+    (tmp_path / "o" / "f").write_bytes(b"xy" + STATE_CONTENT[2:])
+    FID_OPS["write"].returns(Rwrite(count=2), opened)
+    (tmp_path / "m").mkdir()
+    made = _returns_seen(tmp_path / "m", kind="dir")
+    with pytest.raises(AssertionError):  # answered, but nothing made
+        FID_OPS["lcreate"].returns(Rlcreate(qid=qid, iounit=0), made)
+    (tmp_path / "m" / "d" / "new").write_bytes(b"")
+    (tmp_path / "m" / "d" / "new").chmod(0o644)
+    with pytest.raises(AssertionError):  # made with another mode than asked
+        FID_OPS["lcreate"].returns(Rlcreate(qid=qid, iounit=0), made)
+    (tmp_path / "m" / "d" / "new").chmod(0o640)
+    FID_OPS["lcreate"].returns(Rlcreate(qid=qid, iounit=0), made)

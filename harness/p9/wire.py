@@ -61,6 +61,10 @@ QTDIR, QTAPPEND, QTEXCL, QTMOUNT, QTAUTH, QTTMP, QTSYMLINK, QTLINK, QTFILE = (
     0x80, 0x40, 0x20, 0x10, 0x08, 0x04, 0x02, 0x01, 0x00,
 )  # fmt: skip
 
+#: Rlock's status and Tgetlock/Rgetlock's lock types (the Linux client's P9_LOCK_* values)
+P9_LOCK_SUCCESS, P9_LOCK_BLOCKED, P9_LOCK_ERROR, P9_LOCK_GRACE = 0, 1, 2, 3
+P9_LOCK_TYPE_RDLCK, P9_LOCK_TYPE_WRLCK, P9_LOCK_TYPE_UNLCK = 0, 1, 2
+
 #: 9P2000.u's Topen/Tcreate mode byte, as QEMU reads it (OEXCL is QEMU's 0x04: Linux's 0x1000
 #: does not fit in a byte)
 OREAD, OWRITE, ORDWR, OEXEC, OEXCL, OTRUNC, OREXEC, ORCLOSE, OAPPEND = 0, 1, 2, 3, 0x04, 0x10, 0x20, 0x40, 0x80
