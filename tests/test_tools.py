@@ -20,6 +20,7 @@ from fixtures.devices import QemuUnderTest
 from harness.p9.trace import reseal
 from harness.qemu import provision
 from harness.tools import bench
+from harness.tools.matrix import runs_text
 from harness.tools.repl import Repl
 from tests.subrun import PROJECT, default_signals, run_pytest, table_rows
 
@@ -197,9 +198,15 @@ def test_tshark_decodes_the_capture(tmp_path: Path, qemu_under_test: QemuUnderTe
 
 def test_matrix_of_a_binary_against_itself_shows_no_difference(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
     binary = str(qemu_under_test.binary)
-    done = harness("matrix", "--qemu", binary, "--qemu", binary, "--", "-k", "version/ or synth/config", cwd=tmp_path)
+    done = harness("matrix", "--qemu", binary, "--qemu", binary, "--json", "m.json", "--", "-k",
+                   "version/ or synth/config", cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    assert ", 0 differ; each run's output and artefacts:" in done.stdout.strip().splitlines()[-1], done.stdout
+    assert ", 0 differ; each run's output and artefacts:" in done.stdout, done.stdout
+    kept = json.loads((tmp_path / "m.json").read_text())
+    passed = [run["counts"]["passed"] for run in kept["runs"]]
+    assert passed[0] == passed[1] == len(kept["runs"][0]["cases"]) > 0, kept
+    assert [run["build"] for run in kept["runs"]] == ["plain", "plain"]  # the cache's own build
+    assert runs_text(kept) in done.stdout  # the runs' table, last, as the file prints it again
     runs = sorted((tmp_path / "v9p-matrix").iterdir())
     assert [p.name for p in runs] == [f"0-{qemu_under_test.probe.version}", f"1-{qemu_under_test.probe.version}"]
     assert all((p / "pytest.txt").exists() and json.loads((p / "results.json").read_text())["cases"] for p in runs)

@@ -176,6 +176,8 @@ VARIANTS = {
     # compiler without that interface. Linked against a glib built with TSan (tsan_glib()).
     "tsan": ("--enable-tsan",),
 }
+#: the variants with sanitizers, in the order a matrix lists them beside a plain build
+SANITIZED = ("asan", "ubsan", "asan+ubsan", "tsan")
 #: Where a tree has neither --enable-asan nor --enable-ubsan: the flag that gives both.
 SANITIZERS_FALLBACK = "--enable-sanitizers"
 

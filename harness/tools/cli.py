@@ -153,6 +153,8 @@ def _add_matrix(sub: Any) -> None:
     matrix = sub.add_parser("matrix", help="the same cases against several QEMU binaries, differences first")
     matrix.add_argument("--qemu", action="append", default=[], help="a QEMU binary (give two or more)")
     matrix.add_argument("--builds", action="store_true", help="every build in the cache (python -m harness qemu list)")
+    matrix.add_argument("--sanitized", action="store_true", help="with --builds: the sanitizer builds too (ASan, TSan)")
+    matrix.add_argument("--json", metavar="FILE", help="keep the runs' table and every case's outcome in FILE")
     matrix.add_argument("selection", nargs=argparse.REMAINDER, help="pytest arguments, e.g. -k readdir")
 
 
@@ -273,10 +275,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         from harness.qemu import build, versions
         from harness.tools.matrix import matrix as run_matrix
 
-        plain = [b for b in build.builds(provision.cache_root()) if not b.variant]
-        cached = sorted(plain, key=lambda b: versions.parse(b.version))
+        kept = ("", *build.SANITIZED) if args.sanitized else ("",)
+        chosen = [b for b in build.builds(provision.cache_root()) if b.variant in kept]
+        cached = sorted(chosen, key=lambda b: (versions.parse(b.version), kept.index(b.variant)))
         builds = [str(b.binary) for b in cached] if args.builds else []
-        return run_matrix([*args.qemu, *builds], [arg for arg in args.selection if arg != "--"])
+        return run_matrix([*args.qemu, *builds], [arg for arg in args.selection if arg != "--"], json_path=args.json)
     if args.command == "replay":
         from harness.tools.replay import replay as run_replay
 

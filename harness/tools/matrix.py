@@ -5,7 +5,9 @@ failure text per binary below it. Exit status 1 when they differ.
 Each binary's run keeps its own directory, ``v9p-matrix/<n>-<version>/``: pytest's output
 (``pytest.txt``), its ``results.json`` and its artefacts (reproducers, QEMU output), so that one
 binary's evidence never overwrites another's. The directory of an earlier matrix is replaced, and
-the tool says so.
+the tool says so. Last comes a table of the runs: each QEMU and build (plain, or its sanitizers),
+what its cases did and how long the run took; ``--json FILE`` keeps it and every case's outcome,
+and :func:`runs_text` prints that table again from the file (docs quote it so).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from tabulate import tabulate
 
 from harness.errors import ProvisionError
-from harness.qemu import provision
+from harness.qemu import build, provision
 
 PROJECT = Path(__file__).resolve().parents[2]
 #: How much of each differing case's failure the summary shows per binary (all of it in pytest.txt).
@@ -42,7 +44,28 @@ def run_one(binary: Path, selection: list[str], where: Path) -> dict[str, Any]:
     return found
 
 
-def matrix(binaries: list[str], selection: list[str], root: Path | None = None) -> int:
+#: the outcomes a run's row counts, in this order
+OUTCOMES = ("passed", "failed", "error", "xfailed", "xpassed", "skipped")
+
+
+def build_of(path: Path) -> str:
+    """What kind of build ``path`` is: its cache entry's variant ("plain", "asan+ubsan", "tsan"…),
+    or "given" for a binary the cache did not make."""
+    for made in build.builds(provision.cache_root()):
+        if made.binary.resolve() == path.resolve():
+            return made.variant or "plain"
+    return "given"
+
+
+def runs_text(data: dict[str, Any]) -> str:
+    """The table of runs a matrix printed last (``data``: what ``--json`` wrote)."""
+    headers = ["QEMU", "build", *OUTCOMES, "seconds"]
+    rows = [(run["version"], run["build"], *(run["counts"].get(o, 0) for o in OUTCOMES), f"{run['seconds']:.0f}")
+            for run in data["runs"]]  # fmt: skip
+    return tabulate(rows, headers=headers, tablefmt="github")
+
+
+def matrix(binaries: list[str], selection: list[str], root: Path | None = None, json_path: str | None = None) -> int:
     if len(binaries) < 2:
         raise ProvisionError("matrix compares two or more QEMUs: give --qemu A --qemu B, or --builds")
     paths = [provision.find_qemu(binary)[0] for binary in binaries]
@@ -60,7 +83,9 @@ def matrix(binaries: list[str], selection: list[str], root: Path | None = None) 
         for outcome in run["cases"].values():
             counts[outcome] = counts.get(outcome, 0) + 1
         said = ", ".join(f"{count} {outcome}" for outcome, count in sorted(counts.items())) or "no case"
-        print(f"{said} in {time.monotonic() - start:.1f} s")
+        seconds = time.monotonic() - start
+        print(f"{said} in {seconds:.1f} s")
+        run.update(version=version, build=build_of(path), binary=str(path), counts=counts, seconds=seconds)
         runs.append(run)
     cases = sorted(set().union(*(run["cases"] for run in runs)))
     if not cases:
@@ -83,6 +108,12 @@ def matrix(binaries: list[str], selection: list[str], root: Path | None = None) 
                 shown = "\n".join(f"    {line}" for line in text.splitlines()[-SHOWN_LINES:])
                 print(f"\n{_short(case)} on {n}: {versions[n]} failed:\n{shown}")
     print(f"\n{len(cases)} cases, {len(differing)} differ; each run's output and artefacts: {root}/<n>-<version>/")
+    data = {"selection": selection, "runs": [{k: run[k] for k in ("version", "build", "binary", "counts", "seconds",
+                                                                   "cases")} for run in runs]}  # fmt: skip
+    print(f"\n{runs_text(data)}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {json_path}")
     return 1 if differing else 0
 
 
