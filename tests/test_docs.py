@@ -122,3 +122,12 @@ def test_the_matrices_page_is_made_from_the_tables() -> None:
     from fixtures import matrices
 
     assert matrices.PAGE.read_text() == matrices.page(), "python -m fixtures.matrices --write"
+
+
+@pytest.mark.parametrize("record", sorted((PROJECT / "docs").glob("matrix-*.json")), ids=lambda path: path.name)
+def test_the_matrix_tables_in_the_docs_are_the_matrix_output(record: Path) -> None:
+    """A runs' table docs/tools.md quotes is ``python -m harness matrix --json``'s, printed again."""
+    from harness.tools.matrix import runs_text
+
+    text = runs_text(json.loads(record.read_text()))
+    assert text in (PROJECT / "docs" / "tools.md").read_text(), f"docs/tools.md: paste {record.name}'s table"

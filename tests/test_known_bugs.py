@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from harness.tools import known_bugs
 
@@ -37,3 +38,16 @@ def test_every_fix_is_named_once_in_versions() -> None:
                         assert written == "()" or written.startswith("versions."), (
                             f"{path.name}:{node.lineno}: {keyword.arg}={written}: name it in harness/qemu/versions.py"
                         )
+
+
+def test_every_upstream_report_is_a_page_with_its_patch_and_reproducer() -> None:
+    """``upstream=NAME`` on a marker: docs/upstream/NAME.md, NAME.patch beside it (a git patch),
+    and the page names its reproducer in docs/reproducers/, which exists; every page is named."""
+    upstream = known_bugs.PROJECT / "docs" / "upstream"
+    named = {bug.upstream for bug in known_bugs.known_bugs() if bug.upstream}
+    assert named == {page.stem for page in upstream.glob("*.md") if page.name != "README.md"}
+    for name in named:
+        page, patch = (upstream / f"{name}.md").read_text(), (upstream / f"{name}.patch").read_text()
+        assert patch.startswith("From ") and "\n--- a/hw/9pfs/" in patch, f"{name}.patch: git format-patch of hw/9pfs"
+        reproducers = re.findall(r"docs/reproducers/([\w.+-]+)", page)
+        assert reproducers and all((known_bugs.PROJECT / "docs" / "reproducers" / r).exists() for r in reproducers)

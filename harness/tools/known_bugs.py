@@ -31,7 +31,9 @@ and the mainline release it went into, so 10.2.2 lacks a fix of "10.0.12, 11.1.0
 master have it; the malformed catalogue's expected outcomes read the same names. A regression also
 names the releases that brought it (`introduced_in=`). `()` is "no fix known": a strict xfail on
 every version until a fix turns it into an XPASS. A case whose known bug kills QEMU gets a QEMU of
-its own. "bug" below means the case is a strict xfail on that version.
+its own. "bug" below means the case is a strict xfail on that version. A bug no release fixes
+that the harness found has a page in `docs/upstream/` (`upstream=` on its marker): what a user
+sees, the releases, the cause, a minimal reproducer and a proposed patch with its evidence.
 
 """
 
@@ -45,6 +47,8 @@ class KnownBug:
     introduced_in: tuple[str, ...] = ()
     #: a race, seen in some runs only (a non-strict xfail)
     race: bool = False
+    #: the page in docs/upstream/ that reports it to QEMU, with a proposed patch ("" for none)
+    upstream: str = ""
 
     def present_in(self, version: str) -> bool:
         return versions.has_bug(version, self.fixed_in, self.introduced_in)
@@ -97,11 +101,12 @@ def _bugs_of(function: ast.FunctionDef, constants: dict[str, ast.expr]) -> list[
             when = value(kwargs["when"]) if "when" in kwargs else {}
             since = tuple(value(kwargs["introduced_in"])) if "introduced_in" in kwargs else ()
             race = bool(value(kwargs["race"])) if "race" in kwargs else False
-            bugs.append((tuple(value(kwargs["fixed_in"])), value(kwargs["reason"]), when, since, race))
+            upstream = str(value(kwargs["upstream"])) if "upstream" in kwargs else ""
+            bugs.append((tuple(value(kwargs["fixed_in"])), value(kwargs["reason"]), when, since, race, upstream))
     found = []
-    for fixed, reason, when, since, race in bugs:
+    for fixed, reason, when, since, race, upstream in bugs:
         case = f"{when.get('backend', '|'.join(backends))}/{_filled(path, when)}"
-        found.append(KnownBug(case, fixed, " ".join(reason.split()), since, race))
+        found.append(KnownBug(case, fixed, " ".join(reason.split()), since, race, upstream))
     return found
 
 
@@ -129,7 +134,8 @@ def table(bugs: list[KnownBug]) -> str:
               for v in versions.KNOWN),
             (f"since {', '.join(bug.introduced_in)}; " if bug.introduced_in else "")
             + (", ".join(bug.fixed_in) or "no fix known")
-            + (" (seen in some runs only)" if bug.race else ""),
+            + (" (seen in some runs only)" if bug.race else "")
+            + (f"; [reported, with a patch](upstream/{bug.upstream}.md)" if bug.upstream else ""),
         ]
         for number, bug in enumerate(bugs, start=1)
     ]  # fmt: skip

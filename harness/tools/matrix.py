@@ -48,20 +48,20 @@ def run_one(binary: Path, selection: list[str], where: Path) -> dict[str, Any]:
 OUTCOMES = ("passed", "failed", "error", "xfailed", "xpassed", "skipped")
 
 
-def build_of(path: Path) -> str:
-    """What kind of build ``path`` is: its cache entry's variant ("plain", "asan+ubsan", "tsan"…),
-    or "given" for a binary the cache did not make."""
+def build_of(path: Path) -> tuple[str, float | None]:
+    """What kind of build ``path`` is: its cache entry's variant ("plain", "asan+ubsan", "tsan"…)
+    and the seconds its build took; "given" and None for a binary the cache did not make."""
     for made in build.builds(provision.cache_root()):
         if made.binary.resolve() == path.resolve():
-            return made.variant or "plain"
-    return "given"
+            return made.variant or "plain", made.seconds
+    return "given", None
 
 
 def runs_text(data: dict[str, Any]) -> str:
     """The table of runs a matrix printed last (``data``: what ``--json`` wrote)."""
-    headers = ["QEMU", "build", *OUTCOMES, "seconds"]
-    rows = [(run["version"], run["build"], *(run["counts"].get(o, 0) for o in OUTCOMES), f"{run['seconds']:.0f}")
-            for run in data["runs"]]  # fmt: skip
+    headers = ["QEMU", "build", *OUTCOMES, "run (s)", "build (min)"]
+    rows = [(run["version"], run["build"], *(run["counts"].get(o, 0) for o in OUTCOMES), f"{run['seconds']:.0f}",
+             "-" if run["built_in"] is None else f"{run['built_in'] / 60:.1f}") for run in data["runs"]]  # fmt: skip
     return tabulate(rows, headers=headers, tablefmt="github")
 
 
@@ -85,7 +85,8 @@ def matrix(binaries: list[str], selection: list[str], root: Path | None = None, 
         said = ", ".join(f"{count} {outcome}" for outcome, count in sorted(counts.items())) or "no case"
         seconds = time.monotonic() - start
         print(f"{said} in {seconds:.1f} s")
-        run.update(version=version, build=build_of(path), binary=str(path), counts=counts, seconds=seconds)
+        kind, built_in = build_of(path)
+        run.update(version=version, build=kind, built_in=built_in, binary=str(path), counts=counts, seconds=seconds)
         runs.append(run)
     cases = sorted(set().union(*(run["cases"] for run in runs)))
     if not cases:
@@ -108,8 +109,8 @@ def matrix(binaries: list[str], selection: list[str], root: Path | None = None, 
                 shown = "\n".join(f"    {line}" for line in text.splitlines()[-SHOWN_LINES:])
                 print(f"\n{_short(case)} on {n}: {versions[n]} failed:\n{shown}")
     print(f"\n{len(cases)} cases, {len(differing)} differ; each run's output and artefacts: {root}/<n>-<version>/")
-    data = {"selection": selection, "runs": [{k: run[k] for k in ("version", "build", "binary", "counts", "seconds",
-                                                                   "cases")} for run in runs]}  # fmt: skip
+    data = {"selection": selection, "runs": [{k: run[k] for k in ("version", "build", "built_in", "binary", "counts",
+                                                                   "seconds", "cases")} for run in runs]}  # fmt: skip
     print(f"\n{runs_text(data)}")
     if json_path:
         Path(json_path).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
