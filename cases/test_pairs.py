@@ -5,8 +5,9 @@ must be those of some serial order of the two (fixtures/oracle.py), and QEMU ali
 round. Pairs that cannot conflict are not cases: fixtures/pairs.py ``EXCLUDED`` names each with
 the reason.
 
-The export lists with ``multidevs=warn``: under remap a listing beside a remove has the known
-listing race, which concurrent/rename_under_readers/*/remap and listing_under_unlink pin.
+The export lists with ``multidevs=warn``; the pairs with a listing run again under remap
+(``concurrent/pairs/{pair}/remap/{kick}``), where QEMU lstat()s each entry it lists and a listing
+beside a remove has the known listing race (and, before the rename lock, beside a rename).
 """
 
 from __future__ import annotations
@@ -34,10 +35,13 @@ from fixtures.pairs import (
 from fixtures.place import Place
 from fixtures.races import (
     CREATE_RACE,
+    LISTING_RACE,
+    RENAME_LISTING_RACE,
     SAME_FID_LCREATE_RACE,
     WALK_RENAME_RACE,
     CreateRaceSeen,
     KnownRaceSeen,
+    ListingRaceSeen,
     RaceLog,
     SameFidRaceSeen,
     WalkRaceSeen,
@@ -50,6 +54,7 @@ from harness.p9.messages import (
     Twalk,
 )
 from harness.p9.session import Session
+from harness.qemu import versions
 
 #: share of --concurrent-rounds a pair runs (30 -> 3 rounds): 79 pairs, two kicks each
 SHARE = 0.1
@@ -123,6 +128,37 @@ def test_pair(place: Place, device: Any, request: pytest.FixtureRequest, pair: s
         judge(request, seed, ops, answers, frames, races)
     in_batches(p9, [Tclunk(fid=fid) for fid in held])
     races.raise_if_seen("a request answered as no serial order does")
+
+
+#: the pairs of a listing beside a change of its directory's entries, which remap's lstat() of each
+#: entry makes a case of its own: literal for the markers' ``when``
+LISTING_PAIRS = ("readdir+rename_f_g", "readdir+rename_d_e", "readdir+unlink_f", "readdir+rmdir_d",
+                 "readdir+mkdir_f", "readdir+lcreate_C", "readdir+create_g", "readdir+link_F_h")  # fmt: skip
+LISTING_RACE_PAIRS = ("readdir+unlink_f", "readdir+rmdir_d")
+RENAME_LISTING_PAIRS = ("readdir+rename_f_g", "readdir+rename_d_e")
+assert set(LISTING_PAIRS) == {pair for pair in PAIRS if "readdir" in pair.split("+")}
+
+
+@pytest.mark.qemu_bug(fixed_in=(), race=True, raises=ListingRaceSeen, reason=LISTING_RACE,
+                      when={"pair": LISTING_RACE_PAIRS})  # fmt: skip
+@pytest.mark.qemu_bug(fixed_in=versions.READDIR_RENAME_LOCK, race=True, raises=ListingRaceSeen,
+                      reason=RENAME_LISTING_RACE, when={"pair": RENAME_LISTING_PAIRS})  # fmt: skip
+@pytest.mark.fsdev(multidevs="remap")
+@case_path("concurrent/pairs/{pair}/remap/{kick}", backends=["local"], pair=list(LISTING_PAIRS),
+           kick=["one_kick", "staggered"])  # fmt: skip
+def test_listing_pair_under_remap(place: Place, device: Any, request: pytest.FixtureRequest, pair: str,
+                                  kick: str) -> None:  # fmt: skip
+    """A pair with a listing under multidevs=remap (the default since 10.0), where QEMU lstat()s
+    each entry it lists: the answers are some serial order's, or the known listing race's."""
+    p9, races = place.session, RaceLog()
+    for seed in round_seeds(request, SHARE):
+        ops = pair.split("+")
+        random.Random(seed).shuffle(ops)
+        answers, frames = one_round(p9, place, ops, kick == "staggered", [])
+        assert device.alive(), f"QEMU died in the round of seed {seed}: {ops}"
+        failure = judge_group(ops, answers, frames, races, f"seed {seed}", remaps=True)
+        assert failure is None, f"round of seed {seed} (--concurrent-seed {seed}): {failure}"
+    races.raise_if_seen("a listing failed beside a change of its directory")
 
 
 def draw_triple(seed: int) -> list[str]:
