@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -23,8 +24,12 @@ from fixtures.batches import in_batches, round_seeds, send_group
 from fixtures.case_path import case_path
 from fixtures.pairs import (
     CREATE_RACE_PAIRS,
+    LISTING_PAIRS,
+    LISTING_RACE_PAIRS,
+    MODEL_OPS,
     PAIR_OPS,
     PAIRS,
+    RENAME_LISTING_PAIRS,
     SAME_FID_PAIRS,
     TRIPLE_RACES,
     WALK_RACE_PAIRS,
@@ -97,13 +102,31 @@ def one_round(p9: Session, place: Place, ops: list[str], staggered: bool, held: 
     return answers, frames
 
 
-def judge(request: pytest.FixtureRequest, seed: int, ops: list[str], answers: tuple[object, ...],
-          frames: list[bytes], races: RaceLog) -> None:  # fmt: skip
-    """Some serial order's answers, or a known race's (noted in ``races``, with every chance)."""
-    failure = judge_group(ops, answers, frames, races, f"seed {seed}")
-    assert failure is None, (
-        f"round of seed {seed} (-k '{request.node.callspec.id}' --concurrent-seed {seed}): {failure}"
-    )
+def shuffled(pair: str) -> Callable[[int], list[str]]:
+    """The pair's requests in the order a round's seed draws."""
+
+    def draw(seed: int) -> list[str]:
+        ops = pair.split("+")
+        random.Random(seed).shuffle(ops)
+        return ops
+
+    return draw
+
+
+def rounds(place: Place, device: Any, request: pytest.FixtureRequest, draw: Callable[[int], list[str]], kick: str,
+           *, share: float = SHARE, held: Sequence[int] = (), remaps: bool = False) -> None:  # fmt: skip
+    """Seeded rounds of the requests ``draw`` gives each seed, in flight together: some serial
+    order's answers, or a known race's (noted, and raised at the end with every chance it had)."""
+    p9, races = place.session, RaceLog()
+    for seed in round_seeds(request, share):
+        ops = draw(seed)
+        answers, frames = one_round(p9, place, ops, kick == "staggered", list(held))
+        assert device.alive(), f"QEMU died in the round of seed {seed}: {ops}"
+        failure = judge_group(ops, answers, frames, races, f"seed {seed}", remaps=remaps)
+        assert failure is None, (
+            f"round of seed {seed} (-k '{request.node.callspec.id}' --concurrent-seed {seed}): {failure}"
+        )
+    races.raise_if_seen("a request answered as no serial order does")
 
 
 @pytest.mark.qemu_bug(fixed_in=(), race=True, raises=CreateRaceSeen, reason=CREATE_RACE,
@@ -118,25 +141,27 @@ def judge(request: pytest.FixtureRequest, seed: int, ops: list[str], answers: tu
 def test_pair(place: Place, device: Any, request: pytest.FixtureRequest, pair: str, kick: str, nofile: int) -> None:
     """The two requests of the pair in flight together: their answers are some serial order's
     (``nofile_200``: QEMU at RLIMIT_NOFILE 200, past its descriptor reclaim mark; ``nofile_0``: its own limit)."""
-    p9, races = place.session, RaceLog()
-    held = hold_open(p9, place) if nofile else []
-    for seed in round_seeds(request, SHARE):
-        ops = pair.split("+")
-        random.Random(seed).shuffle(ops)
-        answers, frames = one_round(p9, place, ops, kick == "staggered", held)
-        assert device.alive(), f"QEMU died in the round of seed {seed}: {ops}"
-        judge(request, seed, ops, answers, frames, races)
-    in_batches(p9, [Tclunk(fid=fid) for fid in held])
-    races.raise_if_seen("a request answered as no serial order does")
+    held = hold_open(place.session, place) if nofile else []
+    rounds(place, device, request, shuffled(pair), kick, held=held)
+    in_batches(place.session, [Tclunk(fid=fid) for fid in held])
 
 
-#: the pairs of a listing beside a change of its directory's entries, which remap's lstat() of each
-#: entry makes a case of its own: literal for the markers' ``when``
-LISTING_PAIRS = ("readdir+rename_f_g", "readdir+rename_d_e", "readdir+unlink_f", "readdir+rmdir_d",
-                 "readdir+mkdir_f", "readdir+lcreate_C", "readdir+create_g", "readdir+link_F_h")  # fmt: skip
-LISTING_RACE_PAIRS = ("readdir+unlink_f", "readdir+rmdir_d")
-RENAME_LISTING_PAIRS = ("readdir+rename_f_g", "readdir+rename_d_e")
-assert set(LISTING_PAIRS) == {pair for pair in PAIRS if "readdir" in pair.split("+")}
+def same_under_models(pair: str, **_: Any) -> bool:
+    """Left out under passthrough: a pair none of whose requests works differently there."""
+    return not MODEL_OPS & set(pair.split("+"))
+
+
+@pytest.mark.qemu_bug(fixed_in=(), race=True, raises=CreateRaceSeen, reason=CREATE_RACE,
+                      when={"pair": CREATE_RACE_PAIRS})  # fmt: skip
+@pytest.mark.qemu_bug(fixed_in=(), race=True, raises=SameFidRaceSeen, reason=SAME_FID_LCREATE_RACE,
+                      when={"pair": SAME_FID_PAIRS})  # fmt: skip
+@pytest.mark.fsdev(multidevs="warn", security_model="passthrough")
+@case_path("concurrent/pairs/{pair}/passthrough/{kick}", backends=["local"], pair=list(PAIRS), kick=["one_kick"],
+           unless=same_under_models)  # fmt: skip
+def test_pair_under_passthrough(place: Place, device: Any, request: pytest.FixtureRequest, pair: str,
+                                kick: str) -> None:  # fmt: skip
+    """The pairs with a request whose code differs under passthrough, in one kick there."""
+    rounds(place, device, request, shuffled(pair), kick)
 
 
 @pytest.mark.qemu_bug(fixed_in=(), race=True, raises=ListingRaceSeen, reason=LISTING_RACE,
@@ -150,15 +175,7 @@ def test_listing_pair_under_remap(place: Place, device: Any, request: pytest.Fix
                                   kick: str) -> None:  # fmt: skip
     """A pair with a listing under multidevs=remap (the default since 10.0), where QEMU lstat()s
     each entry it lists: the answers are some serial order's, or the known listing race's."""
-    p9, races = place.session, RaceLog()
-    for seed in round_seeds(request, SHARE):
-        ops = pair.split("+")
-        random.Random(seed).shuffle(ops)
-        answers, frames = one_round(p9, place, ops, kick == "staggered", [])
-        assert device.alive(), f"QEMU died in the round of seed {seed}: {ops}"
-        failure = judge_group(ops, answers, frames, races, f"seed {seed}", remaps=True)
-        assert failure is None, f"round of seed {seed} (--concurrent-seed {seed}): {failure}"
-    races.raise_if_seen("a listing failed beside a change of its directory")
+    rounds(place, device, request, shuffled(pair), kick, remaps=True)
 
 
 def draw_triple(seed: int) -> list[str]:
@@ -176,10 +193,4 @@ def draw_triple(seed: int) -> list[str]:
 def test_triples(place: Place, device: Any, request: pytest.FixtureRequest, kick: str) -> None:
     """Three requests drawn by each round's seed (at least two of them able to conflict) in flight
     together: their answers are some serial order's. ``--concurrent-seed S`` replays a round."""
-    p9, races = place.session, RaceLog()
-    for seed in round_seeds(request):
-        ops = draw_triple(seed)
-        answers, frames = one_round(p9, place, ops, kick == "staggered", [])
-        assert device.alive(), f"QEMU died in the round of seed {seed}: {ops}"
-        judge(request, seed, ops, answers, frames, races)
-    races.raise_if_seen("a request answered as no serial order does")
+    rounds(place, device, request, draw_triple, kick, share=1.0)
