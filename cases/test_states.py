@@ -169,6 +169,7 @@ def check(place: Place, state: str, op: str, security_model: str, version: str) 
     "where readlink(2) says EINVAL (v9fs_readlink() checks no kind either)",
     raises=UnexpectedReply,
     when={"op": "readlink", "security_model": "mapped-xattr", "state": MAPPED_NOT_LINKS},
+    upstream="readlink-mapped",
 )
 @pytest.mark.qemu_bug(
     fixed_in=versions.FID_HANDLE_CHECK,
