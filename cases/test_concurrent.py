@@ -223,7 +223,8 @@ def assert_serial(request: pytest.FixtureRequest, seed: int, ops: list[str], ans
     )
 
 
-@pytest.mark.qemu_bug(fixed_in=(), when={"multidevs": "remap"}, race=True, raises=ListingRaceSeen, reason=LISTING_RACE)
+@pytest.mark.qemu_bug(fixed_in=(), when={"multidevs": "remap"}, race=True, raises=ListingRaceSeen, reason=LISTING_RACE,
+                      upstream="listing-race")  # fmt: skip
 @case_path("concurrent/rename_under_readers/{security_model}/{multidevs}/{kick}", backends=["local"],
            security_model=MODELS, multidevs=["warn", "remap"], kick=["one_kick", "staggered"])  # fmt: skip
 def test_rename_under_readers(place: Place, device: Any, request: pytest.FixtureRequest, security_model: str,
@@ -248,7 +249,8 @@ def test_rename_under_readers(place: Place, device: Any, request: pytest.Fixture
 STAYING = tuple(f"s{n:02d}" for n in range(40))
 
 
-@pytest.mark.qemu_bug(fixed_in=(), when={"multidevs": "remap"}, race=True, raises=ListingRaceSeen, reason=LISTING_RACE)
+@pytest.mark.qemu_bug(fixed_in=(), when={"multidevs": "remap"}, race=True, raises=ListingRaceSeen, reason=LISTING_RACE,
+                      upstream="listing-race")  # fmt: skip
 @pytest.mark.fsdev(security_model="passthrough")
 @case_path("concurrent/listing_under_unlink/{multidevs}/{kick}", backends=["local"], multidevs=["warn", "remap"],
            kick=["one_kick", "staggered"])  # fmt: skip

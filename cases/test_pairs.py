@@ -165,7 +165,7 @@ def test_pair_under_passthrough(place: Place, device: Any, request: pytest.Fixtu
 
 
 @pytest.mark.qemu_bug(fixed_in=(), race=True, raises=ListingRaceSeen, reason=LISTING_RACE,
-                      when={"pair": LISTING_RACE_PAIRS})  # fmt: skip
+                      when={"pair": LISTING_RACE_PAIRS}, upstream="listing-race")  # fmt: skip
 @pytest.mark.qemu_bug(fixed_in=versions.READDIR_RENAME_LOCK, race=True, raises=ListingRaceSeen,
                       reason=RENAME_LISTING_RACE, when={"pair": RENAME_LISTING_PAIRS})  # fmt: skip
 @pytest.mark.fsdev(multidevs="remap")
