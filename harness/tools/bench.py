@@ -40,7 +40,7 @@ from harness.p9 import wire
 from harness.p9.channel import VIRTIO_MSIZE_LIMIT, ChainLayout
 from harness.p9.load import REPLY_CAPACITY as LOAD_REPLY
 from harness.p9.load import keep_in_flight
-from harness.p9.messages import Rgetattr, Rreaddir, Tgetattr, Tread, Treaddir, Tstatfs, Twrite
+from harness.p9.messages import Rreaddir, Tclunk, Tgetattr, Tmkdir, Tread, Treaddir, Tstatfs, Tunlinkat, Twalk, Twrite
 from harness.p9.session import Pending, Session
 from harness.p9.wire import TMessage
 from harness.qemu import cpu_idle, provision
@@ -170,36 +170,84 @@ def _rate(seconds: float, step: Callable[[], int], cpu: CpuSplit) -> tuple[int, 
     return done, done / elapsed
 
 
-class Window:
-    """``k`` Tgetattr kept in flight, as fio's iodepth: each step tops the window up (one batch,
-    one socket write) and takes every reply that has come, at least the oldest one's."""
+class Slots:
+    """Request sequences kept in flight together, one request of each at a time (fio's iodepth
+    when each sequence repeats one request): each step sends every idle sequence's next request
+    (one batch, one socket write) and takes every reply that has come, at least the oldest one's.
+    An error reply raises: a sequence is built so that each of its requests succeeds in turn."""
 
-    def __init__(self, session: Session, k: int) -> None:
-        self.session, self.k = session, k
-        self.pending: list[Pending[Rgetattr]] = []
+    def __init__(self, session: Session, sequences: Sequence[Iterator[TMessage[Any]]]) -> None:
+        self.session, self.sequences = session, list(sequences)
+        self.pending: dict[int, Pending[Any]] = {}  # sequence -> its request in flight, oldest first
 
     def step(self) -> int:
         with self.session.batch():
-            missing = self.k - len(self.pending)
-            self.pending += [self._send() for _ in range(missing)]
-        self.pending[0].result()
-        waiting = []
-        for pending in self.pending:
-            if pending.done():
-                pending.result()
-            else:
-                waiting.append(pending)
-        finished = len(self.pending) - len(waiting)
-        self.pending = waiting
-        return finished
-
-    def _send(self) -> Pending[Rgetattr]:
-        return self.session.send(Tgetattr(fid=0, request_mask=wire.GETATTR_BASIC), layout=INDIRECT)
+            for index, sequence in enumerate(self.sequences):
+                if index not in self.pending:
+                    self.pending[index] = self.session.send(next(sequence), layout=INDIRECT)
+        next(iter(self.pending.values())).result()
+        finished = [index for index, pending in self.pending.items() if pending.done()]
+        for index in finished:
+            self.pending.pop(index).result()
+        return len(finished)
 
     def drain(self) -> None:
-        for pending in self.pending:
+        for pending in self.pending.values():
             pending.result()
-        self.pending = []
+        self.pending = {}
+
+
+def getattrs(k: int) -> list[Iterator[TMessage[Any]]]:
+    """``k`` sequences of Tgetattr on the root."""
+    return [itertools.repeat(Tgetattr(fid=0, request_mask=wire.GETATTR_BASIC)) for _ in range(k)]
+
+
+#: fids the namespace rows walk to, one per sequence, far above the session's own
+NAMESPACE_FIDS = 1 << 20
+
+
+def walks(k: int, first: int = 0) -> list[Iterator[TMessage[Any]]]:
+    """``k`` sequences of a Twalk of two names (``d``, ``x``) from the root to a fid of their own,
+    and its Tclunk: what the rename lock around Twalk's lookups guards."""
+    return [
+        itertools.cycle([Twalk(fid=0, newfid=NAMESPACE_FIDS + i, wnames=["d", "x"]), Tclunk(fid=NAMESPACE_FIDS + i)])
+        for i in range(first, first + k)
+    ]
+
+
+def creates(k: int, first: int = 0) -> list[Iterator[TMessage[Any]]]:
+    """``k`` sequences of a Tmkdir of a name of their own in the root and the Tunlinkat of it:
+    what the rename lock's write side around a create and its read-back serialises."""
+    return [
+        itertools.cycle(
+            [Tmkdir(dfid=0, name=f"m{i}", mode=0o755, gid=0), Tunlinkat(dirfd=0, name=f"m{i}", flags=wire.AT_REMOVEDIR)]
+        )
+        for i in range(first, first + k)
+    ]
+
+
+def namespace_rows(variant: Variant, transport: Transport, seconds: float, table: Table) -> None:
+    """``bench rtt``'s rows on a local export, where path-resolving requests take QEMU's rename
+    lock (synth has none): walks, creates and both together, 1 and 8 in flight."""
+    with tempfile.TemporaryDirectory(prefix="v9p-bench-ns-") as export:
+        (Path(export) / "d").mkdir()
+        (Path(export) / "d" / "x").write_bytes(b"")
+        with connect(machine_config(variant, variant.local(Path(export)), transport)) as conn:
+            kinds: list[tuple[str, Callable[[int, int], list[Iterator[TMessage[Any]]]]]] = [
+                ("Twalk of d, x and Tclunk", walks),
+                ("Tmkdir and Tunlinkat", creates),
+                ("half walks, half creates", lambda k, first: walks(k - k // 2, first) + creates(k // 2, first)),
+            ]
+            rows = [(kind, k) for kind, k in itertools.product(kinds, (1, 8)) if k > 1 or kind[1] in (walks, creates)]
+            for row, ((kind, sequences), k) in enumerate(rows):
+                # a row's own fids and names: the one before may end with a walk or a mkdir unanswered
+                slots = Slots(conn.session, sequences(k, 1000 * row))
+                before = conn.machine.qtest.round_trips
+                cpu = CpuSplit(conn.machine)
+                count, rate = _rate(seconds, slots.step, cpu)
+                slots.drain()
+                table.rows.append(_rtt_row(f"local: {kind}, {k} in flight", count, rate,
+                                           conn.machine.qtest.round_trips - before, cpu))  # fmt: skip
 
 
 def _rtt_row(name: str, count: int, rate: float, round_trips: int, cpu: CpuSplit) -> tuple[Any, ...]:
@@ -230,7 +278,7 @@ def rtt_table(variant: Variant, transport: Transport, seconds: float) -> Table:
 
         steps = [("qtest readw, sequential", qtest_one), ("qtest readw, 100 pipelined", qtest_batch)]
         steps += [("9P Tgetattr on the root, sequential", sequential)]
-        windows = {k: Window(session, k) for k in (1, 8, 32, 128)}
+        windows = {k: Slots(session, getattrs(k)) for k in (1, 8, 32, 128)}
         steps += [(f"9P Tgetattr, {k} in flight (indirect)", window.step) for k, window in windows.items()]
         for name, step in steps:
             before = qt.round_trips
@@ -254,6 +302,7 @@ def rtt_table(variant: Variant, transport: Transport, seconds: float) -> Table:
             table.rows.append(_rtt_row(name, count, rate, qt.round_trips - before, cpu))
         session.clunk(listing)
         session.clunk(0)
+    namespace_rows(variant, transport, seconds, table)
     return table
 
 
