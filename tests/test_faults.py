@@ -24,7 +24,6 @@ from harness.p9.messages import Tattach, Twrite
 from harness.p9.session import Session
 from harness.qemu import versions
 from harness.qemu.machine import LocalFs, Machine, MachineConfig
-from harness.tools.connect import open_channel
 from harness.virtio.driver import Driver
 from tests.subrun import run_pytest, shm_files
 
@@ -45,7 +44,7 @@ def config(qemu: QemuUnderTest, **kwargs: object) -> MachineConfig:
 
 def test_killed_qemu_is_reported_with_status_and_stderr(qemu_under_test: QemuUnderTest) -> None:
     with Machine(config(qemu_under_test)) as machine:
-        session = Session(open_channel(machine))
+        session = Session(Channel.of(machine))
         session.version()
         root = session.new_fid()
         session.attach(root)
@@ -62,7 +61,7 @@ def test_killed_qemu_is_reported_with_status_and_stderr(qemu_under_test: QemuUnd
 
 def test_killed_while_a_request_is_in_flight(qemu_under_test: QemuUnderTest) -> None:
     with Machine(config(qemu_under_test)) as machine:
-        session = Session(open_channel(machine))
+        session = Session(Channel.of(machine))
         session.version()
         session.attach(0)
         fid = session.walk_fid(0, ["FLUSH"])
@@ -147,7 +146,7 @@ def test_stopped_qemu_times_out_naming_the_request_and_is_cleaned_up(qemu_under_
     machine = Machine(config(qemu_under_test), qtest_timeout=0.5)
     machine.launch()
     try:
-        session = Session(open_channel(machine))
+        session = Session(Channel.of(machine))
         session.version()
         assert machine.pid is not None
         os.kill(machine.pid, signal.SIGSTOP)

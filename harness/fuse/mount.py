@@ -30,7 +30,6 @@ from harness.p9.session import Session
 from harness.p9.trace import format_records, write_reproducer
 from harness.qemu.machine import LocalFs, Machine, MachineConfig, SecurityModel, SynthFs
 from harness.qemu.provision import usable_config
-from harness.virtio.driver import Driver
 
 #: msize of the mount unless --msize: Linux's v9fs default since 5.15 (512000 there; a power
 #: of two here, as QEMU prefers)
@@ -101,7 +100,7 @@ def _run(options: MountOptions, mountpoint: Path, rundir: Path) -> int:
         before = _export_header(fs)
         config, probe = usable_config(options.binary, fs)
         with Machine(config, workdir=rundir) as machine:
-            session = Session(Channel(Driver.of(machine), machine.output_tail))
+            session = Session(Channel.of(machine))
             if options.trace_dir:  # the whole conversation (or its end), for the reproducer
                 session.history = collections.deque(session.history, maxlen=options.trace_limit)
                 options.trace_dir.mkdir(parents=True, exist_ok=True)

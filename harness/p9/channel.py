@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from harness.errors import DeviceError, DeviceNeedsReset, LeakError
-from harness.virtio.driver import Driver
+from harness.qemu.machine import Machine
+from harness.virtio.driver import DEFAULT_FEATURES, Driver
 from harness.virtio.guestmem import PAGE, Regions, align_up, pieces
 from harness.virtio.virtio_pci import STATUS_NEEDS_RESET
 from harness.virtio.virtqueue import VIRTQUEUE_MAX_SIZE, Buffer, UsedElem
@@ -151,6 +152,12 @@ class Channel:
         self._batching = False
         #: seconds spent moving frames into guest memory and replies out of it (the harness's share)
         self.transfer_seconds = 0.0
+
+    @classmethod
+    def of(cls, machine: Machine, *, features: int = DEFAULT_FEATURES) -> Channel:
+        """The 9P channel of a started ``machine``'s virtio-9p device, brought up by our driver
+        (:meth:`Driver.of`): the one construction of the stack on a machine, for every caller."""
+        return cls(Driver.of(machine, features=features), machine.output_tail)
 
     def session_opened(self, session: object) -> None:
         """A session was opened on this channel (the session says so itself): kept until the next

@@ -68,8 +68,7 @@ def find_qemu(explicit: str | os.PathLike[str] | None = None) -> tuple[Path, str
     raise ProvisionError(
         f"no QEMU binary to test: the default build ({DEFAULT_ORIGIN}) is not in the cache. Build it with "
         "`make qemu` (python -m harness qemu build, 3-9 minutes), or point "
-        f"{ENV_BINARY} / --qemu-binary at your own build"
-        + (f"; cached builds:{listed}" if others else ".")
+        f"{ENV_BINARY} / --qemu-binary at your own build" + (f"; cached builds:{listed}" if others else ".")
     )
 
 
@@ -115,6 +114,7 @@ def _run(argv: list[str], stdin: str = "", timeout: float = 20.0) -> subprocess.
     """A short QEMU run; it dies with us like any other QEMU (a probe waiting for "quit" on its
     monitor would otherwise outlive a harness killed mid-probe)."""
     from harness.qemu import machine
+
     parent = os.getpid()
     return subprocess.run(
         argv,
@@ -153,7 +153,7 @@ def probe(binary: Path) -> Probe:
     if done["version"].returncode != 0 or not match:
         first = said.splitlines()[0] if said else "nothing"
         raise ProvisionError(
-            f"{binary} is not QEMU: `--version` says {first!r}, not \"QEMU emulator version ...\"; "
+            f'{binary} is not QEMU: `--version` says {first!r}, not "QEMU emulator version ..."; '
             "name a qemu-system-x86_64 (python -m harness qemu path shows the one the harness would use)"
         )
     qtest_accel = done["qtest"].returncode == 0

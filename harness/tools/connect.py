@@ -20,16 +20,11 @@ class Connection:
     session: Session
 
 
-def open_channel(machine: Machine) -> Channel:
-    """The virtio-9p device of a started ``machine`` brought up by our driver, as a 9P channel."""
-    return Channel(Driver.of(machine), machine.output_tail)
-
-
 @contextlib.contextmanager
 def connect(config: MachineConfig, *, msize: int | None = 8192, attach: bool = True) -> Iterator[Connection]:
     """Start QEMU, bring up the device; with ``msize`` send Tversion, with ``attach`` Tattach fid 0."""
     with Machine(config) as machine:
-        channel = open_channel(machine)
+        channel = Channel.of(machine)
         session = Session(channel)
         if msize is not None:
             session.version(msize)

@@ -14,7 +14,6 @@ from harness.p9.channel import Channel
 from harness.p9.session import Session
 from harness.qemu.machine import Machine
 from harness.qemu.provision import usable_config
-from harness.virtio.driver import Driver
 
 
 def report(binary: Path, transport: str, write: bool) -> int:
@@ -39,7 +38,7 @@ def report(binary: Path, transport: str, write: bool) -> int:
                 machine.shutdown()
                 machine = Machine(config)
                 machine.launch()
-            session = Session(Channel(Driver.of(machine), machine.output_tail))
+            session = Session(Channel.of(machine))
             blocker = malformed.prepare(session, entry)
             outcome = malformed.run(session, entry)
             if outcome == malformed.Fate.NO_REPLY or malformed.died(outcome):
