@@ -373,7 +373,7 @@ NAME_REQUESTS: dict[str, Callable[[Session, int], TMessage[Any]]] = {
 }
 
 
-@pytest.mark.qemu_bug(fixed_in=(), race=True, raises=CreateRaceSeen, reason=CREATE_RACE)
+@pytest.mark.qemu_bug(fixed_in=(), race=True, raises=CreateRaceSeen, reason=CREATE_RACE, upstream="create-race")
 @case_path("concurrent/create_under_removers/{security_model}/{kick}", backends=["local"], security_model=MODELS,
            kick=["one_kick", "staggered"])  # fmt: skip
 def test_create_under_removers(place: Place, device: Any, request: pytest.FixtureRequest, security_model: str,

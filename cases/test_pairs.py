@@ -130,11 +130,11 @@ def rounds(place: Place, device: Any, request: pytest.FixtureRequest, draw: Call
 
 
 @pytest.mark.qemu_bug(fixed_in=(), race=True, raises=CreateRaceSeen, reason=CREATE_RACE,
-                      when={"pair": CREATE_RACE_PAIRS})  # fmt: skip
+                      when={"pair": CREATE_RACE_PAIRS}, upstream="create-race")  # fmt: skip
 @pytest.mark.qemu_bug(fixed_in=(), race=True, raises=SameFidRaceSeen, reason=SAME_FID_LCREATE_RACE,
-                      when={"pair": SAME_FID_PAIRS})  # fmt: skip
+                      when={"pair": SAME_FID_PAIRS}, upstream="same-fid-lcreate")  # fmt: skip
 @pytest.mark.qemu_bug(fixed_in=(), race=True, raises=WalkRaceSeen, reason=WALK_RENAME_RACE,
-                      when={"pair": WALK_RACE_PAIRS})  # fmt: skip
+                      when={"pair": WALK_RACE_PAIRS}, upstream="walk-rename")  # fmt: skip
 @pytest.mark.fsdev(multidevs="warn")
 @case_path("concurrent/pairs/{pair}/{kick}/nofile_{nofile}", backends=["local"], pair=list(PAIRS),
            kick=["one_kick", "staggered"], nofile=[0, NOFILE], unless=under_reclaim)  # fmt: skip
@@ -152,9 +152,9 @@ def same_under_models(pair: str, **_: Any) -> bool:
 
 
 @pytest.mark.qemu_bug(fixed_in=(), race=True, raises=CreateRaceSeen, reason=CREATE_RACE,
-                      when={"pair": CREATE_RACE_PAIRS})  # fmt: skip
+                      when={"pair": CREATE_RACE_PAIRS}, upstream="create-race")  # fmt: skip
 @pytest.mark.qemu_bug(fixed_in=(), race=True, raises=SameFidRaceSeen, reason=SAME_FID_LCREATE_RACE,
-                      when={"pair": SAME_FID_PAIRS})  # fmt: skip
+                      when={"pair": SAME_FID_PAIRS}, upstream="same-fid-lcreate")  # fmt: skip
 @pytest.mark.fsdev(multidevs="warn", security_model="passthrough")
 @case_path("concurrent/pairs/{pair}/passthrough/{kick}", backends=["local"], pair=list(PAIRS), kick=["one_kick"],
            unless=same_under_models)  # fmt: skip
