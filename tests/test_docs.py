@@ -131,3 +131,14 @@ def test_the_matrix_tables_in_the_docs_are_the_matrix_output(record: Path) -> No
 
     text = runs_text(json.loads(record.read_text()))
     assert text in (PROJECT / "docs" / "tools.md").read_text(), f"docs/tools.md: paste {record.name}'s table"
+
+
+def test_the_upstream_evidence_tables_are_the_commands_output() -> None:
+    """docs/upstream/README.md quotes the matrix of the patches and the bench of their locks:
+    each as ``python -m harness matrix|bench rtt --json`` printed it, printed again here."""
+    from harness.tools.matrix import runs_text
+
+    folder = PROJECT / "docs" / "upstream"
+    page = (folder / "README.md").read_text()
+    assert runs_text(json.loads((folder / "matrix-patches.json").read_text())) in page
+    assert bench.text_of_json(folder / "bench-locks.json") in page
