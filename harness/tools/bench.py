@@ -734,9 +734,8 @@ def _stolen() -> float | None:
 
 def _load() -> str:
     """The machine's load when the bench ended: what else was running, roughly, and how much CPU
-    time the host took away meanwhile. On a virtual machine that is the number to look at first:
-    this project's 2-vCPU VM ran the sequential load generator at 12,000 Tgetattr/s one day and at
-    800-2,000/s with 42% of its CPU time stolen."""
+    time the host took away meanwhile. On a virtual machine that is the number to look at first: time
+    stolen from QEMU or the harness lowers every rate by far more than a change of the server does."""
     one, five, _ = os.getloadavg()
     load = f"load average {one:.2f} (1 min), {five:.2f} (5 min)"
     stolen = _stolen()
