@@ -35,7 +35,8 @@ def budget(seeded: object = None) -> settings:
 
 
 @pytest.mark.slow
-@pytest.mark.qemu_bug(fixed_in=(), race=True, raises=KnownRaceSeen, reason=HUNTER_RACES)
+@pytest.mark.qemu_bug(fixed_in=(), race=True, raises=KnownRaceSeen, reason=HUNTER_RACES,
+                      upstream=("listing-race", "create-race", "same-fid-lcreate", "walk-rename"))  # fmt: skip
 @case_path("model/session", backends=["local"])
 def test_session_against_a_model(place: Place, qemu_under_test: Any, request: pytest.FixtureRequest) -> None:
     """Every reply of a random session agrees with the in-memory model of the tree; the replies of

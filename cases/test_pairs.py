@@ -187,7 +187,8 @@ def draw_triple(seed: int) -> list[str]:
             return ops
 
 
-@pytest.mark.qemu_bug(fixed_in=(), race=True, raises=KnownRaceSeen, reason=TRIPLE_RACES)
+@pytest.mark.qemu_bug(fixed_in=(), race=True, raises=KnownRaceSeen, reason=TRIPLE_RACES,
+                      upstream=("create-race", "same-fid-lcreate", "walk-rename"))  # fmt: skip
 @pytest.mark.fsdev(multidevs="warn")
 @case_path("concurrent/triples/{kick}", backends=["local"], kick=["one_kick", "staggered"])
 def test_triples(place: Place, device: Any, request: pytest.FixtureRequest, kick: str) -> None:

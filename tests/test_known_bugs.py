@@ -44,7 +44,7 @@ def test_every_upstream_report_is_a_page_with_its_patch_and_reproducer() -> None
     """``upstream=NAME`` on a marker: docs/upstream/NAME.md, NAME.patch beside it (a git patch),
     and the page names its reproducer in docs/reproducers/, which exists; every page is named."""
     upstream = known_bugs.PROJECT / "docs" / "upstream"
-    named = {bug.upstream for bug in known_bugs.known_bugs() if bug.upstream}
+    named = {name for bug in known_bugs.known_bugs() for name in bug.upstream}
     assert named == {page.stem for page in upstream.glob("*.md") if page.name != "README.md"}
     for name in named:
         page, patch = (upstream / f"{name}.md").read_text(), (upstream / f"{name}.patch").read_text()

@@ -47,8 +47,9 @@ class KnownBug:
     introduced_in: tuple[str, ...] = ()
     #: a race, seen in some runs only (a non-strict xfail)
     race: bool = False
-    #: the page in docs/upstream/ that reports it to QEMU, with a proposed patch ("" for none)
-    upstream: str = ""
+    #: the pages in docs/upstream/ that report it to QEMU, each with a proposed patch (several for a
+    #: case that meets several known races)
+    upstream: tuple[str, ...] = ()
 
     def present_in(self, version: str) -> bool:
         return versions.has_bug(version, self.fixed_in, self.introduced_in)
@@ -101,7 +102,8 @@ def _bugs_of(function: ast.FunctionDef, constants: dict[str, ast.expr]) -> list[
             when = value(kwargs["when"]) if "when" in kwargs else {}
             since = tuple(value(kwargs["introduced_in"])) if "introduced_in" in kwargs else ()
             race = bool(value(kwargs["race"])) if "race" in kwargs else False
-            upstream = str(value(kwargs["upstream"])) if "upstream" in kwargs else ""
+            named = value(kwargs["upstream"]) if "upstream" in kwargs else ()
+            upstream = (named,) if isinstance(named, str) else tuple(named)
             bugs.append((tuple(value(kwargs["fixed_in"])), value(kwargs["reason"]), when, since, race, upstream))
     found = []
     for fixed, reason, when, since, race, upstream in bugs:
@@ -135,7 +137,7 @@ def table(bugs: list[KnownBug]) -> str:
             (f"since {', '.join(bug.introduced_in)}; " if bug.introduced_in else "")
             + (", ".join(bug.fixed_in) or "no fix known")
             + (" (seen in some runs only)" if bug.race else "")
-            + (f"; [reported, with a patch](upstream/{bug.upstream}.md)" if bug.upstream else ""),
+            + _report(bug),
         ]
         for number, bug in enumerate(bugs, start=1)
     ]  # fmt: skip
@@ -143,8 +145,29 @@ def table(bugs: list[KnownBug]) -> str:
     return str(tabulate(rows, headers=headers, tablefmt="github")) + "\n\nWhat happens:\n\n" + reasons
 
 
+def _report(bug: KnownBug) -> str:
+    """What the fixed-in column says of a bug's report upstream: its pages, or that a bug no release
+    fixes has none yet."""
+    if len(bug.upstream) == 1:
+        return f"; [reported, with a patch](upstream/{bug.upstream[0]}.md)"
+    if bug.upstream:
+        return "; reported, with patches: " + ", ".join(f"[{name}](upstream/{name}.md)" for name in bug.upstream)
+    return "; not reported yet" if not bug.fixed_in else ""
+
+
+def summary(bugs: list[KnownBug]) -> str:
+    """How many of the bugs no release fixes are reported upstream."""
+    unfixed = [bug for bug in bugs if not bug.fixed_in]
+    reported = sum(1 for bug in unfixed if bug.upstream)
+    return (
+        f"Of the {len(bugs)} rows below, {len(unfixed)} are bugs no release fixes: {reported} reported upstream "
+        f"with a patch, {len(unfixed) - reported} not reported yet (each says so).\n\n"
+    )
+
+
 def page() -> str:
-    return INTRO + table(known_bugs()) + "\n"
+    bugs = known_bugs()
+    return INTRO + summary(bugs) + table(bugs) + "\n"
 
 
 def main(write: bool) -> int:
