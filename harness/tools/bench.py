@@ -226,6 +226,11 @@ def creates(k: int, first: int = 0) -> list[Iterator[TMessage[Any]]]:
     ]
 
 
+def walks_and_creates(k: int, first: int = 0) -> list[Iterator[TMessage[Any]]]:
+    """Half of ``k`` sequences walks, half creates: the two kinds contending for the lock."""
+    return walks(k - k // 2, first) + creates(k // 2, first)
+
+
 def namespace_rows(variant: Variant, transport: Transport, seconds: float, table: Table) -> None:
     """``bench rtt``'s rows on a local export, where path-resolving requests take QEMU's rename
     lock (synth has none): walks, creates and both together, 1 and 8 in flight."""
@@ -233,21 +238,22 @@ def namespace_rows(variant: Variant, transport: Transport, seconds: float, table
         (Path(export) / "d").mkdir()
         (Path(export) / "d" / "x").write_bytes(b"")
         with connect(machine_config(variant, variant.local(Path(export)), transport)) as conn:
-            kinds: list[tuple[str, Callable[[int, int], list[Iterator[TMessage[Any]]]]]] = [
-                ("Twalk of d, x and Tclunk", walks),
-                ("Tmkdir and Tunlinkat", creates),
-                ("half walks, half creates", lambda k, first: walks(k - k // 2, first) + creates(k // 2, first)),
-            ]
-            rows = [(kind, k) for kind, k in itertools.product(kinds, (1, 8)) if k > 1 or kind[1] in (walks, creates)]
-            for row, ((kind, sequences), k) in enumerate(rows):
+            rows = [("Twalk of d, x and Tclunk", walks, 1), ("Twalk of d, x and Tclunk", walks, 8),
+                    ("Tmkdir and Tunlinkat", creates, 1), ("Tmkdir and Tunlinkat", creates, 8),
+                    ("half walks, half creates", walks_and_creates, 8)]  # fmt: skip
+            for row, (kind, sequences, k) in enumerate(rows):
                 # a row's own fids and names: the one before may end with a walk or a mkdir unanswered
                 slots = Slots(conn.session, sequences(k, 1000 * row))
-                before = conn.machine.qtest.round_trips
-                cpu = CpuSplit(conn.machine)
-                count, rate = _rate(seconds, slots.step, cpu)
+                _timed_row(table, conn.machine, f"local: {kind}, {k} in flight", seconds, slots.step)
                 slots.drain()
-                table.rows.append(_rtt_row(f"local: {kind}, {k} in flight", count, rate,
-                                           conn.machine.qtest.round_trips - before, cpu))  # fmt: skip
+
+
+def _timed_row(table: Table, machine: Machine, name: str, seconds: float, step: Callable[[], int]) -> None:
+    """Run ``step`` for ``seconds`` (:func:`_rate`) and add its ``bench rtt`` row to ``table``."""
+    before = machine.qtest.round_trips
+    cpu = CpuSplit(machine)
+    count, rate = _rate(seconds, step, cpu)
+    table.rows.append(_rtt_row(name, count, rate, machine.qtest.round_trips - before, cpu))
 
 
 def _rtt_row(name: str, count: int, rate: float, round_trips: int, cpu: CpuSplit) -> tuple[Any, ...]:
@@ -281,10 +287,7 @@ def rtt_table(variant: Variant, transport: Transport, seconds: float) -> Table:
         windows = {k: Slots(session, getattrs(k)) for k in (1, 8, 32, 128)}
         steps += [(f"9P Tgetattr, {k} in flight (indirect)", window.step) for k, window in windows.items()]
         for name, step in steps:
-            before = qt.round_trips
-            cpu = CpuSplit(conn.machine)
-            count, rate = _rate(seconds, step, cpu)
-            table.rows.append(_rtt_row(name, count, rate, qt.round_trips - before, cpu))
+            _timed_row(table, conn.machine, name, seconds, step)
             # each row starts on an idle queue: a window's leftovers beside the next, larger window
             # would ask the 128-entry ring for more than it holds
             for window in windows.values():
