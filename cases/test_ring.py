@@ -130,6 +130,7 @@ def test_ring_full_is_refused_by_the_driver(attached: Session, device: Device, t
     "waits for the in-flight PDUs, which the synth FLUSH write only ends when cancelled, so QEMU's "
     "main loop wedges (a guest can hang QEMU this way)",
     raises=QEMUError,
+    upstream="reset-wedge",
 )
 @case_path("ring/exhaust/{transport}/reset", backends=["synth"], transport=TRANSPORTS)
 def test_ring_full_then_reset(attached: Session, device: Device, transport: str) -> None:
@@ -153,6 +154,7 @@ def test_ring_full_then_reset(attached: Session, device: Device, transport: str)
     "handle_9p_output stops popping when no PDU is free, and a finished PDU does not make it look at "
     "the ring again (hw/9pfs/virtio-9p-device.c), so chains made available with one notification "
     "are never served if the driver has nothing more to send",
+    upstream="ring-beyond-slots",
 )
 @case_path("ring/beyond_slots/{transport}", backends=["synth"], transport=TRANSPORTS)
 def test_ring_beyond_slots(attached: Session, device: Device, transport: str) -> None:
@@ -170,12 +172,14 @@ def test_ring_beyond_slots(attached: Session, device: Device, transport: str) ->
     kicks = device.driver.notifications
     # with at most 128 in flight it never notifies again: the rest are left once it has been
     # silent for half a second (a server still answering gets the whole 2 s)
-    left = device.channel.collect(grace=2.0, quiet=0.5)
+    left = device.channel.collect(grace=2.0, quiet=0.5, keep=True)
     assert device.driver.notifications == kicks and device.driver.renotifications == 0
     if left:
         device.driver.notify_again()  # what a driver with more to send would do: the rest then come
-        assert device.channel.collect(grace=5.0) == 0
+        assert device.channel.collect(grace=5.0, keep=True) == 0
     assert left == 0, f"{left} of {len(burst)} requests never served after their one notification"
+    root = burst[0].result(timeout=0).qid
+    assert all(pending.result(timeout=0).qid == root for pending in burst)  # each one a Rgetattr of fid 0
 
 
 @pytest.mark.slow

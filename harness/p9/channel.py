@@ -346,18 +346,21 @@ class Channel:
     def in_flight(self) -> int:
         return len(self._in_flight)
 
-    def collect(self, grace: float = 0.0, quiet: float | None = None) -> int:
+    def collect(self, grace: float = 0.0, quiet: float | None = None, *, keep: bool = False) -> int:
         """Collect completions nobody waited for, giving requests still in progress up to ``grace``
         seconds; returns how many are still in flight (blocked in the server). With ``quiet``, it
         returns as soon as that long has passed with no completion: a server gone silent with
-        requests left is not waited for to the end of ``grace``, one still answering is."""
+        requests left is not waited for to the end of ``grace``, one still answering is. With
+        ``keep`` the completions stay for their waiters (a session then reads each reply);
+        without, they are dropped."""
         last = time.monotonic()
         deadline = last + grace
         next_check = last + HEALTH_CHECK_INTERVAL
         while True:
             before = len(self._in_flight)
             self._poll(None)
-            self._done.clear()
+            if not keep:
+                self._done.clear()
             now = time.monotonic()
             if len(self._in_flight) < before:
                 last = now
