@@ -137,6 +137,7 @@ def test_stat_fields_are_the_host_stat(place: Place, dialect: str, kind: str) ->
     fixed_in=(),
     reason='v9fs_stat() marshals Rstat as "wS" with 0 for the count: stat(5)\'s Rstat is '
     "stat[n], n the length of the record that follows (Linux reads and ignores it)",
+    upstream="rstat-count",
 )
 @DOTU
 @case_path("dotu/stat/nstat", backends=["local"], dialect=DIALECT)
@@ -176,6 +177,7 @@ WSTAT: dict[str, dict[str, Any]] = {
     when={"change": "length_mtime"},
     reason="v9fs_wstat() sets the times before it truncates: the truncation moves mtime to now, and "
     "the mtime the same Twstat asked for is lost (stat(5): the changes of one wstat are atomic)",
+    upstream="truncate-after-times",
 )
 @DOTU
 @case_path("dotu/wstat/{change}", backends=["local"], dialect=DIALECT, change=list(WSTAT))
@@ -235,6 +237,7 @@ def test_wstat_cannot_change_the_type(place: Place, dialect: str) -> None:
     "no reply: QEMU returns the reply buffer empty (used length 0) instead of an Rwstat; Linux's "
     "9P2000.u fsync is exactly this Twstat",
     raises=P9ProtocolError,
+    upstream="wstat-sync-reply",
 )
 @pytest.mark.qemu_bug(
     fixed_in=versions.FID_HANDLE_CHECK,
@@ -331,6 +334,7 @@ def test_open_mode_byte(place: Place, dialect: str, mode: str) -> None:
     fixed_in=(),
     reason="omode_to_uflags() drops ORCLOSE: the file survives the clunk of the fid that opened "
     "it with ORCLOSE, which open(5) says removes it",
+    upstream="orclose",
 )
 @DOTU
 @case_path("dotu/open/ORCLOSE", backends=["local"], dialect=DIALECT)
@@ -369,11 +373,13 @@ MKNOD_REASON = (
     when={"kind": "setgid_file"},
     reason="v9fs_create() hands perm to open2() as the mode unconverted: DMSETGID (0x40000) is not "
     "S_ISGID, so a file created setgid (or setuid, sticky) is not",
+    upstream="create-mode-bits",
 )
 @pytest.mark.qemu_bug(
     fixed_in=(),
     when={"kind": "setgid_dir"},
     reason="v9fs_create() makes a directory with perm & 0777: DMSETGID (and DMSETUID, DMSETVTX) lost",
+    upstream="create-mode-bits",
 )
 @pytest.mark.qemu_bug(fixed_in=versions.MKNOD_SPECIAL, reason=MKNOD_REASON, raises=P9Rlerror, when={"kind": "fifo"})
 @pytest.mark.qemu_bug(fixed_in=versions.MKNOD_SPECIAL, reason=MKNOD_REASON, raises=P9Rlerror, when={"kind": "socket"})
@@ -421,6 +427,7 @@ def test_create_every_kind(place: Place, dialect: str, kind: str) -> None:
     when={"extension": "garbage"},
     reason="v9fs_create() answers an extension sscanf() cannot read with -errno, and sscanf() sets "
     "no errno: the request completes with 0, the reply buffer comes back empty (used length 0)",
+    upstream="create-device-extension",
 )
 @DOTU
 @case_path("dotu/create/bad_device_{extension}", backends=["local"], dialect=DIALECT, extension=["x_1_2", "garbage"])

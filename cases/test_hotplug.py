@@ -68,6 +68,7 @@ def test_unplug_with_open_fids(device: Device, backend: str, local_export: Path)
     "one (only a Tflush ends it) never finishes: QEMU's main loop wedges (no DEVICE_DELETED, qtest "
     "and QMP unanswered), as a virtio reset with a blocked request does",
     raises=QEMUError,
+    upstream="reset-wedge",
 )
 @pytest.mark.needs_synth_tree
 @pytest.mark.fresh_qemu

@@ -54,6 +54,7 @@ def test_lock_and_unlock(place: Place) -> None:
     fixed_in=(),
     reason="v9fs_lock() takes no lock on the host and answers every Tlock with SUCCESS, and "
     "v9fs_getlock() always answers UNLCK: conflicting locks from two fids are both granted",
+    upstream="lock-conflict",
 )
 @case_path("lock/conflict", backends=["local"])
 def test_lock_conflict_between_fids(place: Place) -> None:

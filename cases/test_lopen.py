@@ -83,6 +83,7 @@ def test_lopen_twice(place: Place) -> None:
     fixed_in=(),
     reason="v9fs_open() opens any directory with opendir() whatever the flags, so O_WRONLY on a "
     "directory succeeds (open(2) says EISDIR)",
+    upstream="open-directory-for-writing",
 )
 @case_path("lopen/directory_for_writing", backends=["local"])
 def test_lopen_directory_for_writing(place: Place) -> None:

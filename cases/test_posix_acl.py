@@ -131,6 +131,7 @@ def test_acl_refused_under_none(place: Place, security_model: str, which: str) -
     reason="under mapped-xattr a real ACL on the host file is listed (mp_pacl_listxattr() names "
     "system.posix_acl_access for it) but reading that name reads user.virtfs.system.posix_acl_access "
     "instead: a listed xattr the client cannot read (ENODATA)",
+    upstream="mapped-xattr-host-acl",
 )
 @case_path("posix_acl/{security_model}/host_acl_{which}", backends=["local"],
            security_model=["mapped-xattr", "passthrough", "none"], which=["access", "default"])  # fmt: skip

@@ -42,6 +42,7 @@ def test_read_basic(place: Place) -> None:
     "msize 8192 is answered with a 16 KiB Rread, which does not fit the msize-sized buffer "
     '("VirtFS reply type 117 needs 16395 bytes, buffer has 8192") and breaks the device',
     raises=DeviceNeedsReset,
+    upstream="read-count-above-msize",
 )
 @case_path("read/count_above_msize", backends=["local"], transport=["modern"])
 def test_read_count_above_msize(place: Place, transport: str) -> None:

@@ -151,6 +151,7 @@ def test_modifying_dotu_request_is_refused(place: Place, dialect: str, message: 
     reason="pdu_submit() answers Tremove on a read-only export with EROFS without running "
     "v9fs_remove(), so the fid stays: remove(5) clunks the fid even when the remove fails, and a "
     "client (Linux) that relies on it leaks one fid per refused remove",
+    upstream="readonly-remove-clunk",
 )
 @READONLY
 @case_path("readonly/remove_clunks_fid", backends=["local"])

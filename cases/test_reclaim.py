@@ -102,11 +102,13 @@ WRITE_FLAGS = {
     when={"flags": "O_WRONLY_O_TRUNC"},
     reason="v9fs_reopen_fid() reopens a reclaimed fid with the flags it was opened with, O_TRUNC "
     "included: the file is truncated again, and what the client wrote before the reclaim is lost",
+    upstream="reclaim-o-trunc",
 )
 @pytest.mark.qemu_bug(
     fixed_in=(),
     when={"flags": "O_RDWR_O_TRUNC"},
     reason="v9fs_reopen_fid() reopens a reclaimed fid with O_TRUNC again: data written before the reclaim is lost",
+    upstream="reclaim-o-trunc",
 )
 @RECLAIM[0]
 @RECLAIM[1]
@@ -133,6 +135,7 @@ def test_writes_survive_a_reclaim(place: Place, device: Device, flags: str) -> N
     fixed_in=(),
     reason="Tlcreate keeps O_TRUNC in the fid's open flags; v9fs_reopen_fid() after a reclaim "
     "truncates the new file and loses what was written to it",
+    upstream="reclaim-o-trunc",
 )
 @RECLAIM[0]
 @RECLAIM[1]

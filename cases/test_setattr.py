@@ -45,6 +45,7 @@ MODELS = ["mapped-xattr", "mapped-file", "passthrough", "none"]
     when={"security_model": "mapped-file"},
     reason="local_chmod() stores the client's mode verbatim in .virtfs_metadata (virtfs.mode), so a "
     "mode without file-type bits makes Tgetattr report a file of no type, as under mapped-xattr",
+    upstream="setattr-mode-type",
 )
 @pytest.mark.qemu_bug(
     fixed_in=(),
@@ -52,6 +53,7 @@ MODELS = ["mapped-xattr", "mapped-file", "passthrough", "none"]
     reason="local_chmod() stores the client's mode verbatim in user.virtfs.mode, so a mode without "
     "file-type bits makes Tgetattr report a file of no type (0o640, not S_IFREG|0o640); Linux's client "
     "always sends the type bits, which hides it",
+    upstream="setattr-mode-type",
 )
 @case_path("setattr/mode/{security_model}", backends=["local"], security_model=MODELS)
 def test_setattr_mode(place: Place, security_model: str) -> None:
@@ -134,6 +136,7 @@ def host_state(path: Path) -> dict[str, int]:
     when={"bits": "MODE+SIZE+MTIME_SET"},
     reason="v9fs_setattr() applies mode, then times, then owner, then size: the truncate that comes "
     "last moves mtime to now, so an mtime sent with SIZE and MTIME_SET is lost (found by this table)",
+    upstream="truncate-after-times",
 )
 @pytest.mark.fsdev(security_model="passthrough")  # owner and mode go to the host file itself
 @case_path("setattr/valid/{bits}", backends=["local"], bits=list(VALID))

@@ -57,6 +57,7 @@ FLAG_WORDS = {
     when={"flags": "O_RDONLY_O_DIRECTORY"},
     reason="qemu_open_flags_tostr() tests flags & __O_TMPFILE, and glibc's __O_TMPFILE includes "
     "O_DIRECTORY: every directory open is traced as RDONLY|DIRECTORY|TMPFILE",
+    upstream="trace-tmpfile",
 )
 @pytest.mark.qemu_feature("trace_names")
 @pytest.mark.qemu_args("-trace", "enable=v9fs_open")
