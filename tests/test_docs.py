@@ -140,5 +140,6 @@ def test_the_upstream_evidence_tables_are_the_commands_output() -> None:
 
     folder = PROJECT / "docs" / "upstream"
     page = (folder / "README.md").read_text()
-    assert runs_text(json.loads((folder / "matrix-patches.json").read_text())) in page
+    for record in ("matrix-patches.json", "matrix-series.json"):
+        assert runs_text(json.loads((folder / record).read_text())) in page, record
     assert bench.text_of_json(folder / "bench-locks.json") in page
