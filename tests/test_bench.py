@@ -18,7 +18,10 @@ from fixtures.devices import QemuUnderTest
 from harness.errors import HarnessError
 from harness.p9.channel import VIRTIO_MSIZE_LIMIT
 from harness.qemu import cpu_idle, provision, versions
-from harness.tools import bench
+from harness.tools.bench import io as bench_io
+from harness.tools.bench import readdir, report, suite
+from harness.tools.bench import run as bench_run
+from harness.tools.bench.variant import Variant
 from tests.subrun import PROJECT, default_signals, table_rows
 
 
@@ -104,7 +107,7 @@ def test_bench_suite_runs_both_suites(qemu_under_test: QemuUnderTest) -> None:
         "ours, pytest -n 2",
         "ours, pytest, qtest path",  # the self-test of QEMU's 27 cases on the qtest path
         "ours, pytest -n 2, qtest path",
-        bench.PYTEST_FLOOR,
+        suite.PYTEST_FLOOR,
     ]
     assert [row[1] for row in rows] == ["27 passed"] * 5 + ["no case"]
     assert float(rows[0][-1]) == 1.0 and float(rows[1][-1]) > 0
@@ -135,7 +138,7 @@ def test_whole_suite_table_says_where_the_cpu_time_went() -> None:
             "outcomes": {"shared": "3 passed", "qtest": "3 passed"},
             "cpu": {"shared": [[9.0, 5.0], [8.0, 6.0], [20.0, 4.0]],
                     "qtest": [[12.0, 8.0], [11.0, 7.0], [13.0, 9.0]]}}  # fmt: skip
-    text = bench.suite_text(data)
+    text = suite.suite_text(data)
     assert [[*row[:2], *map(float, row[2:])] for row in table_rows(text)] == [
         ["shared", "3 passed", 8.0, 9.0, 10.0, 0.82, 9.0, 5.0],
         ["qtest", "3 passed", 10.0, 11.0, 12.0, 1.0, 12.0, 8.0],
@@ -144,43 +147,38 @@ def test_whole_suite_table_says_where_the_cpu_time_went() -> None:
     assert text.endswith("CPU time, shared / qtest: 0.70; with the harness's work common to both paths taken out "
                          "(QEMU's time on each, and what the qtest path costs the harness on top): 0.45")  # fmt: skip
     del data["cpu"]  # a record from before the CPU columns: the table without them
-    assert len(table_rows(bench.suite_text(data))[0]) == 6
+    assert len(table_rows(suite.suite_text(data))[0]) == 6
 
 
 def test_the_machine_line_says_how_much_cpu_time_the_host_stole(monkeypatch: pytest.MonkeyPatch) -> None:
     """Steal since the bench began, in percent of all CPU time: the host's share, not ours."""
-    real = bench._cpu_ticks
     monkeypatch.setattr(cpu_idle, "state", lambda: "")  # a host whose idle request cannot be read
-    monkeypatch.setattr(bench, "_TICKS_AT_START", (1000, 50))
-    monkeypatch.setattr(bench, "_cpu_ticks", lambda: (3000, 550))
-    assert bench._load().endswith(", 25% of CPU time stolen by the host")
+    stole = bench_run.Steal((1000, 50), read=lambda: (3000, 550))
+    assert bench_run.load(stole).endswith(", 25% of CPU time stolen by the host")
     monkeypatch.setattr(cpu_idle, "state", lambda: "idle CPUs may halt")
-    assert bench._load().endswith(", 25% of CPU time stolen by the host, idle CPUs may halt")
-    monkeypatch.setattr(bench, "_cpu_ticks", lambda: None)  # no /proc/stat: the load average alone
-    assert bench._load().startswith("load average ") and "stolen" not in bench._load()
-    ticks = real()  # this machine's own, read for real
+    assert bench_run.load(stole).endswith(", 25% of CPU time stolen by the host, idle CPUs may halt")
+    unknown = bench_run.Steal((1000, 50), read=lambda: None)  # no /proc/stat: the load average alone
+    assert bench_run.load(unknown).startswith("load average ") and "stolen" not in bench_run.load(unknown)
+    ticks = bench_run.cpu_ticks()  # this machine's own, read for real
     assert ticks is None or 0 <= ticks[1] <= ticks[0]
+    begun = bench_run.Steal.since_now().start  # a run's start: read when the run begins, not at import
+    assert (begun is None) == (ticks is None) and (ticks is None or begun is None or begun[0] >= ticks[0])
 
 
-def test_a_bench_whose_host_stole_cpu_time_says_its_figures_are_no_verdict(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_bench_whose_host_stole_cpu_time_says_its_figures_are_no_verdict(capsys: pytest.CaptureFixture[str]) -> None:
     """From 5% of all CPU time stolen on, the bench warns on stderr, after its table; below that,
     or with no /proc/stat, it says nothing more than its machine line."""
-    monkeypatch.setattr(bench, "_TICKS_AT_START", (1000, 50))
-    monkeypatch.setattr(bench, "_cpu_ticks", lambda: (3000, 150))  # 100 of 2000 ticks: 5%
+    stole = bench_run.Steal((1000, 50), read=lambda: (3000, 150))  # 100 of 2000 ticks: 5%
     data = {"title": "t", "baseline": "a", "times": {"a": [1.0]}, "outcomes": {"a": "1 passed"}}
-    assert bench._suite_report(data, None) == 0
+    assert suite.suite_report(data, None, stole) == 0
     out, err = capsys.readouterr()
     assert out.startswith("t\n") and err == (
         "warning: the host took 5% of this machine's CPU time during the bench (steal, /proc/stat). It falls on "
         "some rounds and variants more than on others, so these figures are no verdict: run again when the host "
         "is quieter.\n"
     )
-    monkeypatch.setattr(bench, "_cpu_ticks", lambda: (3000, 149))  # just under 5%
-    assert bench.steal_warning() is None
-    monkeypatch.setattr(bench, "_cpu_ticks", lambda: None)
-    assert bench.steal_warning() is None
+    assert bench_run.Steal((1000, 50), read=lambda: (3000, 149)).warning() is None  # just under 5%
+    assert bench_run.Steal((1000, 50), read=lambda: None).warning() is None
 
 
 def test_doctor_sees_the_synth_tree(qemu_under_test: QemuUnderTest) -> None:
@@ -192,16 +190,16 @@ def test_doctor_sees_the_synth_tree(qemu_under_test: QemuUnderTest) -> None:
 
 def test_io_check_finds_a_byte_written_at_the_wrong_place(tmp_path: Path) -> None:
     """bench io trusts no count alone: the host file is compared with the pattern byte for byte."""
-    pattern = random.Random(9).randbytes(bench.PERIOD)
-    io = bench.IoPath(conn=None, pattern=pattern * 2, resident=True)  # type: ignore[arg-type]
-    size = bench.PERIOD + 5000
+    pattern = random.Random(9).randbytes(bench_io.PERIOD)
+    io = bench_io.IoPath(conn=None, pattern=pattern * 2, resident=True)  # type: ignore[arg-type]
+    size = bench_io.PERIOD + 5000
     good = (pattern * 2)[:size]
     (tmp_path / "f").write_bytes(good)
-    bench._check_file(io, tmp_path / "f", size)
+    bench_io._check_file(io, tmp_path / "f", size)
     shifted = good[:7000] + good[7001:] + b"\0"  # one byte lost: everything after moves
     (tmp_path / "f").write_bytes(shifted)
     with pytest.raises(HarnessError, match="differ near offset 0"):
-        bench._check_file(io, tmp_path / "f", size)
+        bench_io._check_file(io, tmp_path / "f", size)
 
 
 def test_several_values_per_flag_and_a_json_that_names_the_qemu(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
@@ -263,10 +261,10 @@ def test_multidevs_is_compared_as_variants(tmp_path: Path, qemu_under_test: Qemu
     assert [v["multidevs"] for v in data["variants"]] == ["warn", "remap"]
     assert ["multidevs=warn" in label for label in data["labels"]] == [True, False]
     assert ["multidevs=remap" in label for label in data["labels"]] == [False, True]
-    assert bench.text_of_json(out) in printed
-    variant = bench.Variant(qemu_under_test.binary, multidevs="warn")
+    assert report.text_of_json(out) in printed
+    variant = Variant(qemu_under_test.binary, multidevs="warn")
     assert ("multidevs", "warn") in variant.local(tmp_path).fsdev("fsdev0")
-    assert not any(key == "multidevs" for key, _ in bench.Variant(qemu_under_test.binary).local(tmp_path).fsdev("f"))
+    assert not any(key == "multidevs" for key, _ in Variant(qemu_under_test.binary).local(tmp_path).fsdev("f"))
 
 
 def test_readdir_directories_are_made_once_per_run(
@@ -277,13 +275,13 @@ def test_readdir_directories_are_made_once_per_run(
     from harness.tools import cli
 
     found: list[tuple[Path, bool]] = []
-    make = bench._local_dir
+    make = readdir._local_dir
 
     def counted(root: Path, files: int) -> Path:
         found.append((root, (root / f"dir{files}").exists()))
         return make(root, files)
 
-    monkeypatch.setattr(bench, "_local_dir", counted)
+    monkeypatch.setattr(readdir, "_local_dir", counted)
     binary = str(qemu_under_test.binary)
     kept = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}  # main() sets them
     try:
@@ -294,3 +292,19 @@ def test_readdir_directories_are_made_once_per_run(
     assert [existed for _, existed in found] == [False, True]
     assert found[0][0] == found[1][0] and not found[0][0].exists()
     assert len(table_rows(capsys.readouterr().out)) == 4  # synth and local, whole and split
+
+
+def test_the_plot_takes_its_x_axis_from_the_data() -> None:
+    """The numeric key column with the most distinct values, never the backend; a bench whose keys
+    are names draws them as categories (its first key)."""
+    from harness.tools.bench.plot import x_axis
+    from harness.tools.bench.report import Table
+
+    listing = Table("any title", ["backend", "files", "msize", "count"], ["ms"], compare="ms")
+    listing.rows = [("synth", 100, 8192, 8181), ("local", 20, 8192, 8181), ("local", 200, 8192, 2048)]
+    assert x_axis(listing) == "files"
+    io = Table("another", ["data path", "msize"], ["MB/s"], compare="MB/s")
+    io.rows = [("resident", 8192, 1.0), ("resident", 1 << 20, 2.0)]
+    assert x_axis(io) == "msize"
+    rtt = Table("round trips", ["measurement"], ["ops/s"], compare="ops/s", rows=[("qtest readw", 1)])
+    assert x_axis(rtt) == "measurement"

@@ -14,7 +14,8 @@ import pytest
 
 from fixtures.devices import QemuUnderTest
 from harness.qemu import qemu_suite
-from harness.tools import bench, cli
+from harness.tools import cli
+from harness.tools.bench import report, suite
 from tests.subrun import PROJECT
 
 README = PROJECT / "README.md"
@@ -114,7 +115,7 @@ def _bench_records() -> list[Path]:
 def test_the_bench_figures_in_the_docs_are_the_benches_output(record: Path) -> None:
     """Each table of figures is the bench's own output, printed again from its ``--json``."""
     data = json.loads(record.read_text())
-    text = bench.text_of_json(record) if "labels" in data else bench.suite_text(data)
+    text = report.text_of_json(record) if "labels" in data else suite.suite_text(data)
     assert text in (PROJECT / "docs" / "speed.md").read_text(), f"docs/speed.md: paste {record.name}'s table"
 
 
@@ -142,4 +143,4 @@ def test_the_upstream_evidence_tables_are_the_commands_output() -> None:
     page = (folder / "README.md").read_text()
     for record in ("matrix-patches.json", "matrix-series.json"):
         assert runs_text(json.loads((folder / record).read_text())) in page, record
-    assert bench.text_of_json(folder / "bench-locks.json") in page
+    assert report.text_of_json(folder / "bench-locks.json") in page

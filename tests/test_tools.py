@@ -19,7 +19,7 @@ import pytest
 from fixtures.devices import QemuUnderTest
 from harness.p9.trace import reseal
 from harness.qemu import provision
-from harness.tools import bench
+from harness.tools.bench import suite
 from harness.tools.matrix import runs_text
 from harness.tools.repl import Repl
 from tests.subrun import PROJECT, default_signals, run_pytest, table_rows
@@ -624,7 +624,7 @@ def test_summary_says_where_the_cpu_time_went(
     _, status, tree = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     assert proc.returncode == 0, out
-    spent = re.search(bench.SUITE_CPU, out)
+    spent = re.search(suite.SUITE_CPU, out)
     assert spent, out
     harness, qemu = float(spent["harness"]), float(spent["qemu"])
     total = tree.ru_utime + tree.ru_stime

@@ -331,7 +331,7 @@ def _qemu(args: argparse.Namespace) -> int:
 
 def _bench_kind(args: argparse.Namespace) -> int:
     if args.bench == "suite":
-        from harness.tools.bench import bench_suite, bench_whole_suite
+        from harness.tools.bench.suite import bench_suite, bench_whole_suite
 
         if args.whole:
             return bench_whole_suite(args.qemu_binary, args.rounds or 1, args.json)
@@ -341,7 +341,9 @@ def _bench_kind(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     from harness.qemu import machine, provision
-    from harness.tools import bench
+    from harness.tools.bench.readdir import readdir_export
+    from harness.tools.bench.run import Run
+    from harness.tools.bench.variant import Variant
 
     names = (args.qemu or []) + ([args.qemu_binary] if args.qemu_binary else [])
     binaries = [provision.find_qemu(name)[0] for name in names] or [provision.find_qemu()[0]]
@@ -349,45 +351,32 @@ def _bench(args: argparse.Namespace) -> int:
     modes = ["shared", "qtest"] if wanted == "both" else [wanted]
     options = getattr(args, "multidevs", None) or [None]
     triples = [(binary, mode, option) for binary in binaries for mode in modes for option in options]
-    variants = [bench.Variant(binary, mode, slot, option) for slot, (binary, mode, option) in enumerate(triples)]  # type: ignore[arg-type]
-    results: dict[bench.Variant, list[Any]] = {variant: [] for variant in variants}
-    failed: list[bench.Variant] = []
-    rounds = 1 if getattr(args, "quick", False) else max(1, args.rounds)
+    variants = [Variant(binary, mode, slot, option) for slot, (binary, mode, option) in enumerate(triples)]  # type: ignore[arg-type]
+    run = Run(variants, 1 if getattr(args, "quick", False) else args.rounds)
     # readdir's local directories: made once, listed by every variant and round
-    with bench.readdir_export() if args.bench == "readdir" else contextlib.nullcontext() as export:
-        for _ in range(rounds):  # interleaved: round 1 of every variant, then round 2, ...
-            for variant in variants:
-                if variant in failed:
-                    continue
-                try:
-                    results[variant].append(_bench_one(args, variant, export))
-                except HarnessError as err:  # one variant failing loses no other variant's results
-                    failed.append(variant)
-                    print(f"bench {args.bench} on {variant.label()} failed: {err}", file=sys.stderr)
-    measured = {variant: tables for variant, tables in results.items() if variant not in failed}
-    if measured:
-        bench.present(measured, args.json, args.plot)
-    if failed:
-        print(f"no results for {', '.join(v.label() for v in failed)} (above: why)", file=sys.stderr)
-        return 1
-    return 0
+    with readdir_export() if args.bench == "readdir" else contextlib.nullcontext() as export:
+        run.interleave(lambda variant: _bench_one(args, variant, export), args.bench)
+    return run.report(args.json, args.plot)
 
 
 def _bench_one(args: argparse.Namespace, variant: Any, export: Path | None = None) -> Any:
-    from harness.tools import bench
-
     if args.bench == "rtt":
-        return bench.rtt_table(variant, args.transport, args.seconds)
+        from harness.tools.bench.rtt import rtt_table
+
+        return rtt_table(variant, args.transport, args.seconds)
     if args.bench == "readdir":
+        from harness.tools.bench.readdir import readdir_table
+
         sizes = args.files or ([20, 200] if args.quick else [100, 1000, 10000, 100000])  # given sizes win
         msizes = args.msize or ([8192] if args.quick else [8192, 1 << 20])
         counts = args.count or [2048]
-        return bench.readdir_table(variant, sizes, msizes, 2 if args.quick else args.runs, counts, export)
+        return readdir_table(variant, sizes, msizes, 2 if args.quick else args.runs, counts, export)
     from harness.p9.channel import VIRTIO_MSIZE_LIMIT as largest
+    from harness.tools.bench.io import IO_PATHS, io_table
 
     msizes = args.msize or ([8192, 1 << 20] if args.quick else [8192, 128 << 10, 512 << 10, 1 << 20, 2 << 20, largest])
-    paths = list(bench.IO_PATHS if args.copied or args.quick else bench.IO_PATHS[:2])
-    return bench.io_table(variant, (2 if args.quick else args.size) << 20, msizes, paths)
+    paths = list(IO_PATHS if args.copied or args.quick else IO_PATHS[:2])
+    return io_table(variant, (2 if args.quick else args.size) << 20, msizes, paths)
 
 
 if __name__ == "__main__":

@@ -201,6 +201,10 @@ class SplitVirtqueue:
         avail ring's last field, used_event); posted."""
         self.mem.store16(self.layout.avail_slot(0) + 2 * self.size, index & 0xFFFF)
 
+    def used_idx_addr(self) -> int:
+        """Where the device publishes used.idx (a guest-memory word a bench can read alone)."""
+        return self.layout.used + 2
+
     def avail_event_addr(self) -> int:
         """Where the device publishes avail_event (VIRTIO_RING_F_EVENT_IDX)."""
         return self.layout.used + 4 + 8 * self.size

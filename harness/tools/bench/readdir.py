@@ -1,0 +1,116 @@
+"""``bench readdir``: Treaddir latency, a whole listing per sample, on synth's directory and on
+local directories of any size, at count = msize - 11 and at split counts."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.p9 import wire
+from harness.p9.messages import Rreaddir, Treaddir
+from harness.qemu.machine import FsConfig, SynthFs
+from harness.tools.bench.report import Table, stats
+from harness.tools.bench.variant import CPU_COLUMNS, CpuSplit, Variant, machine_config, progress
+from harness.tools.connect import Connection, connect
+
+
+def _local_dir(root: Path, files: int) -> Path:
+    """A directory of ``files`` empty files, made once per bench run."""
+    where = root / f"dir{files}"
+    if not where.exists():
+        where.mkdir()
+        fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for i in progress(range(files), f"making {files} files"):
+                os.close(os.open(f"ReadDirFile{i}", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+        finally:
+            os.close(fd)
+    return where
+
+
+@contextlib.contextmanager
+def readdir_export() -> Iterator[Path]:
+    """The host directory ``bench readdir``'s local directories are made in, once for a whole run:
+    every variant and round lists the same files (100,000 of them took minutes to make here, for
+    each variant and round, before), and nothing of it is left afterwards."""
+    export = Path(tempfile.mkdtemp(prefix="v9p-bench-readdir-"))
+    try:
+        yield export
+    finally:
+        shutil.rmtree(export, ignore_errors=True)
+
+
+def readdir_table(
+    variant: Variant,
+    sizes: Sequence[int],
+    msizes: Sequence[int],
+    runs: int,
+    counts: Sequence[int],
+    export: Path | None = None,
+) -> Table:
+    """One variant's Treaddir rows; the local directories in ``export`` (see :func:`readdir_export`:
+    made there if missing), or in a directory of its own, removed after."""
+    if export is None:
+        with readdir_export() as own:
+            return readdir_table(variant, sizes, msizes, runs, counts, own)
+    table = Table(
+        "Treaddir",
+        ["backend", "files", "msize", "count"],
+        ["Treaddir/listing", "server min ms", "server median ms", "server mean ms", "server p95 ms", "server max ms",
+         "client median ms", "harness median ms", *CPU_COLUMNS],
+        compare="server median ms",
+    )  # fmt: skip
+    binary = variant.binary
+    places: list[tuple[str, FsConfig, list[str], int]] = [("synth", SynthFs(), ["ReadDirDir"], 100)]
+    places += [("local", variant.local(export), [_local_dir(export, n).name], n) for n in sizes]
+    # per msize: the whole listing (count = msize - 11), then the split counts below it
+    splits = {m: [m - wire.RREADDIR_HEADER, *(c for c in counts if c < m - wire.RREADDIR_HEADER)] for m in msizes}
+    total = len(places) * sum(map(len, splits.values()))
+    with progress(total=total, what=f"Treaddir rows on {binary.name}") as bar:
+        for backend, fs, path, files in places:
+            with connect(machine_config(variant, fs), msize=None) as conn:
+                for msize, count in ((m, c) for m in msizes for c in splits[m]):
+                    cpu = CpuSplit(conn.machine)
+                    with cpu.measuring():
+                        measured = _readdir_runs(conn, path, msize, count, runs)
+                    table.rows.append((backend, files, msize, count, *measured, *cpu.cells()))
+                    bar.update()
+    return table
+
+
+def _readdir_runs(conn: Connection, path: list[str], msize: int, count: int, runs: int) -> tuple[Any, ...]:
+    session = conn.session
+    session.version(msize)
+    session.attach(0)
+    server: list[float] = []
+    client: list[float] = []
+    requests = 0
+    for run in range(runs + 2):  # two warm-up listings
+        fid = session.walk_fid(0, path)
+        session.lopen(fid, os.O_DIRECTORY)
+        offset, listing, listing_server, start = 0, 0, 0.0, time.perf_counter()
+        while True:
+            reply = session.send(Treaddir(fid=fid, offset=offset, count=count)).wait()
+            entries = reply.message.entries if isinstance(reply.message, Rreaddir) else []
+            listing_server += reply.server_seconds
+            listing += 1
+            if not entries:
+                break
+            offset = entries[-1].offset
+        if run >= 2:  # one sample per whole listing, as the original benchmark timed a directory read
+            server.append(listing_server)
+            client.append(time.perf_counter() - start)
+        requests = listing
+        session.clunk(fid)
+    session.clunk(0)
+    s_min, s_med, s_mean, s_p95 = stats(server)
+    c_med = statistics.median(client)
+    ms = [round(v * 1000, 3) for v in (s_min, s_med, s_mean, s_p95, max(server), c_med, c_med - s_med)]
+    return (requests, *ms)

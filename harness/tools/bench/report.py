@@ -1,0 +1,141 @@
+"""A bench's results: :class:`Table` per variant and round, merged over rounds, compared between
+variants, printed, and kept as JSON (``--json``) that prints the same table again."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from harness.tools.bench.variant import CPU_COLUMNS, Variant
+
+
+@dataclass
+class Table:
+    """One bench's result on one binary: ``keys`` columns name a row, ``values`` columns measure it."""
+
+    title: str  # per whole directory listing for Treaddir
+    keys: list[str]
+    values: list[str]
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    #: the value column compared between binaries (B / A)
+    compare: str = ""
+    #: value columns also shown per variant when variants are compared (their medians)
+    also: list[str] = field(default_factory=list)
+
+
+def stats(samples: Sequence[float]) -> tuple[float, float, float, float]:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+    return ordered[0], statistics.median(ordered), statistics.fmean(ordered), p95
+
+
+def merged(rounds: list[Table]) -> Table:
+    """One table from several rounds of the same bench: each numeric cell the median of its rounds."""
+    first = rounds[0]
+    table = Table(first.title, first.keys, first.values, compare=first.compare, also=first.also)
+    for index, row in enumerate(first.rows):
+        cells = list(row)
+        for col in range(len(first.keys), len(row)):
+            samples = [t.rows[index][col] for t in rounds]
+            if all(isinstance(v, int | float) for v in samples):
+                middle = statistics.median(samples)
+                cells[col] = round(middle, 3) if isinstance(middle, float) else middle
+        table.rows.append(tuple(cells))
+    return table
+
+
+def _spread(rounds: list[Table], index: int) -> tuple[Any, Any, Any]:
+    """min, median and max over the rounds of row ``index``'s compared value."""
+    at = len(rounds[0].keys) + rounds[0].values.index(rounds[0].compare)
+    samples = [t.rows[index][at] for t in rounds]
+    return min(samples), statistics.median(samples), max(samples)
+
+
+def comparison(results: dict[Variant, list[Table]]) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Headers and rows: per variant the compared value's median, min and max and the CPU split,
+    then each variant's median over A's."""
+    variants = list(results)
+    first = results[variants[0]][0]
+    letters = [chr(65 + i) for i in range(len(variants))]
+    headers = list(first.keys)
+    shown = [c for c in (*first.also, *CPU_COLUMNS) if c in first.values]
+    for letter in letters:
+        headers += [f"{letter} {first.compare}", f"{letter} min", f"{letter} max"]
+        headers += [f"{letter} {column}" for column in shown]
+    headers += [f"{letter}/A" for letter in letters[1:]]
+    cpu_at = [len(first.keys) + first.values.index(c) for c in shown]
+    rows = []
+    for index, row in enumerate(first.rows):
+        cells: list[Any] = list(row[: len(first.keys)])
+        medians = []
+        for variant in variants:
+            low, middle, high = _spread(results[variant], index)
+            medians.append(middle)
+            whole = merged(results[variant]).rows[index]
+            cells += [middle, low, high, *(whole[at] for at in cpu_at)]
+        cells += [f"{m / medians[0]:.2f}" if medians[0] else "-" for m in medians[1:]]
+        rows.append(tuple(cells))
+    return headers, rows
+
+
+def text(results: dict[Variant, list[Table]], labels: list[str], machine: str) -> str:
+    """What a bench prints: a line naming the variants (``labels``), the rounds and the machine,
+    then the table (one variant and round: its rows; one variant: medians with the compared
+    value's spread; several: :func:`comparison`)."""
+    variants = list(results)
+    first = results[variants[0]][0]
+    rounds = len(results[variants[0]])
+    names = "; ".join(f"{chr(65 + i)} = {label}" for i, label in enumerate(labels))
+    title = f"{first.title} — {names}; {rounds} round(s), interleaved; {machine}"
+    if len(variants) == 1 and rounds == 1:
+        return title + "\n" + tabulate(first.rows, headers=[*first.keys, *first.values], tablefmt="github")
+    if len(variants) == 1:
+        table = merged(results[variants[0]])
+        spreads = [_spread(results[variants[0]], i) for i in range(len(table.rows))]
+        headers = [*first.keys, *(f"{v} (median)" for v in first.values)]
+        headers += [f"{first.compare} min", f"{first.compare} max"]
+        rows = [(*row, low, high) for row, (low, _, high) in zip(table.rows, spreads, strict=True)]
+        return title + "\n" + tabulate(rows, headers=headers, tablefmt="github")
+    headers, rows = comparison(results)
+    return title + "\n" + tabulate(rows, headers=headers, tablefmt="github")
+
+
+def text_of_json(path: Path) -> str:
+    """What the bench printed when it wrote ``path`` (``--json``): the docs quote this, and a
+    self-test keeps them equal."""
+    data = json.loads(path.read_text())
+    shape = data["table"]
+    results = {
+        Variant(Path(v["binary"]), v["guest_memory"], slot, v.get("multidevs")): [
+            Table(data["bench"], shape["keys"], shape["values"], [tuple(r) for r in rows], shape["compare"],
+                  shape["also"])
+            for rows in rounds
+        ]
+        for slot, (v, rounds) in enumerate(zip(data["variants"], data["rounds"], strict=True))
+    }  # fmt: skip
+    return text(results, data["labels"], data["machine"])
+
+
+def record(results: dict[Variant, list[Table]], labels: list[str], machine: str, **about: Any) -> dict[str, Any]:
+    """What ``--json`` keeps of a run: every round of every variant, with what :func:`text_of_json`
+    needs to print the run's table again (``about``: the host, the date and the like)."""
+    variants = list(results)
+    first = results[variants[0]][0]
+    return {
+        "bench": first.title,
+        "variants": [
+            {"binary": str(v.binary), "guest_memory": v.guest_memory, "multidevs": v.multidevs} for v in variants
+        ],
+        "labels": labels,
+        **about,
+        "machine": machine,
+        "table": {"keys": first.keys, "values": first.values, "compare": first.compare, "also": first.also},
+        "columns": [*first.keys, *first.values],
+        "rounds": [[[list(r) for r in t.rows] for t in results[v]] for v in variants],  # as "variants"
+    }

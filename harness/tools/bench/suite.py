@@ -1,0 +1,170 @@
+"""``bench suite``: QEMU's 27 cases, our pytest run against QEMU's qos-test, same binary; with
+``--whole``, the whole suite on both guest-memory paths. Whole processes, timed from outside."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from harness.errors import HarnessError, ProvisionError
+from harness.qemu import provision
+from harness.qemu.qemu_suite import QEMU_72_CASES, QOS_PREFIX, firmware_wrapper
+from harness.tools.bench.run import Steal, load
+from harness.tools.bench.variant import home
+
+PROJECT = Path(__file__).resolve().parents[3]
+
+
+def _timed(argv: list[str], env: dict[str, str] | None = None, cwd: Path = PROJECT) -> tuple[float, str, int]:
+    start = time.perf_counter()
+    run = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=600)
+    return time.perf_counter() - start, run.stdout + run.stderr, run.returncode
+
+
+def _passed(runner: str, output: str) -> int:
+    if runner == "qos-test":
+        return len(re.findall(r"^ok ", output, flags=re.MULTILINE))
+    found = re.search(r"(\d+) passed", output)
+    return int(found.group(1)) if found else 0
+
+
+#: ``bench suite``'s row of ``python -c "import pytest"``, in the same environment as our runs.
+PYTEST_FLOOR = "pytest's import alone"
+
+
+def bench_suite(explicit: str | None, rounds: int, json_path: str | None = None) -> int:
+    """QEMU 7.2's 27 cases (the ones every supported version has): our whole pytest process against
+    QEMU's qos-test running just those, same binary, same run."""
+    steal = Steal.since_now()
+    binary, _ = provision.find_qemu(explicit)
+    qos_test = provision.qos_test_for(binary)
+    if qos_test is None:
+        raise ProvisionError(f"no qos-test beside {binary}: `python -m harness qemu build` builds it beside every QEMU")
+    wrapper = firmware_wrapper(binary)
+    only = [arg for name in QEMU_72_CASES for arg in ("-p", f"{QOS_PREFIX}/{name}")]
+    names = " or ".join(f"{name}]" for name in QEMU_72_CASES)  # the ids end in the path
+    pytest = [sys.executable, "-m", "pytest", "cases/", "-q", "--qemu-binary", str(binary), "--qemu-suite", "-k", names]
+    # as `make conformance` runs it: bytecode cached outside the tree (see the Makefile)
+    ours = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    ours["PYTHONPYCACHEPREFIX"] = str(provision.cache_root() / "pycache")
+    qtest_path = ["--guest-memory", "qtest"]
+    runners = {
+        "qos-test (QEMU's C suite)": ([str(qos_test), "-m", "slow", *only],
+                                      {**os.environ, "QTEST_QEMU_BINARY": str(wrapper)}),
+        "ours, pytest": (pytest, ours),
+        "ours, pytest -n 2": ([*pytest, "-n", "2"], ours),
+        "ours, pytest, qtest path": ([*pytest, *qtest_path], ours),
+        "ours, pytest -n 2, qtest path": ([*pytest, "-n", "2", *qtest_path], ours),
+        # No pytest run is quicker than pytest's own import: the floor under every row above.
+        PYTEST_FLOOR: ([sys.executable, "-c", "import pytest"], ours),
+    }  # fmt: skip
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    try:
+        _timed([*pytest, "--co"], ours)  # fills the bytecode cache, as any earlier run would have
+        for _ in range(rounds):
+            for name, (argv, env) in runners.items():
+                # qos-test makes its local export (qtest-9p-local-XXXXXX) in its working directory
+                # and may leave it there: never in the checkout.
+                seconds, output, status = _timed(argv, env, wrapper.parent if name.startswith("qos") else PROJECT)
+                passed = _passed("qos-test" if name.startswith("qos") else "pytest", output)
+                wanted = 0 if name == PYTEST_FLOOR else len(QEMU_72_CASES)
+                if status != 0 or passed != wanted:
+                    raise HarnessError(f"{name}: exit {status}, {passed} of {wanted} passed:\n{output[-3000:]}")
+                times[name].append(seconds)
+    finally:
+        shutil.rmtree(wrapper.parent, ignore_errors=True)
+    title = f"QEMU's 27 virtio-9p cases on {home(binary)}, {rounds} rounds each, interleaved; whole-process wall time"
+    data = {"title": f"{title}; {load(steal)}", "baseline": "qos-test (QEMU's C suite)", "times": times,
+            "outcomes": {name: "no case" if name == PYTEST_FLOOR else f"{len(QEMU_72_CASES)} passed"
+                         for name in times}}  # fmt: skip
+    return suite_report(data, json_path, steal)
+
+
+def suite_report(data: dict[str, Any], json_path: str | None, steal: Steal) -> int:
+    print(suite_text(data))
+    if json_path:
+        Path(json_path).write_text(json.dumps(data, indent=1) + "\n")
+        print(f"wrote {json_path}")
+    steal.warn()
+    return 0
+
+
+def suite_text(data: dict[str, Any]) -> str:
+    """``bench suite``'s table from its measurements (``--json`` keeps them: the docs quote this).
+    The whole suite's also says where the CPU time went: the harness's pytest processes against
+    QEMU (and any other program the cases ran), medians over the rounds."""
+    times: dict[str, list[float]] = data["times"]
+    # (harness, QEMU) CPU seconds per runner, medians over the rounds
+    cpu = {
+        name: tuple(statistics.median(column) for column in zip(*rounds, strict=True))
+        for name, rounds in data.get("cpu", {}).items()
+    }
+    theirs = statistics.median(times[data["baseline"]])
+    rows = [
+        [name, data["outcomes"][name], f"{min(t):.3f}", f"{statistics.median(t):.3f}", f"{max(t):.3f}",
+         f"{statistics.median(t) / theirs:.2f}", *(f"{seconds:.1f}" for seconds in cpu.get(name, ()))]
+        for name, t in times.items()
+    ]  # fmt: skip
+    headers = ["runner", "outcome", "min s", "median s", "max s", f"median / {data['baseline']}"]
+    headers += ["harness CPU s", "QEMU CPU s"] if cpu else []
+    text = f"{data['title']}\n{tabulate(rows, headers=headers, tablefmt='github')}"
+    return text + _cpu_bound(cpu) if set(cpu) == {"shared", "qtest"} else text
+
+
+def _cpu_bound(cpu: dict[str, tuple[float, ...]]) -> str:
+    """What the whole suite's CPU times say of the two paths' ratio. A run of two workers on two
+    cores is CPU-bound, so the ratio of CPU times is near that of wall times; and if the harness's
+    work the two paths share cost nothing, what would be left is QEMU's CPU time on each, plus on
+    the qtest path the harness's cost of its qtest exchanges (the difference of the harness's
+    times): while QEMU's work stays what it is, no change to the harness gets below that ratio."""
+    harness, qemu = ({mode: spent[at] for mode, spent in cpu.items()} for at in (0, 1))
+    total = {mode: harness[mode] + qemu[mode] for mode in cpu}
+    floor = qemu["shared"] / (qemu["qtest"] + max(0.0, harness["qtest"] - harness["shared"]))
+    return (
+        f"\nCPU time, shared / qtest: {total['shared'] / total['qtest']:.2f}; with the harness's work common to both "
+        f"paths taken out (QEMU's time on each, and what the qtest path costs the harness on top): {floor:.2f}"
+    )
+
+
+#: The summary's line of where the CPU time went (fixtures/plugin.py, ``cpu_line``).
+SUITE_CPU = r"CPU time over [\d.]+ s: (?P<harness>[\d.]+) s in the harness .*?, (?P<qemu>[\d.]+) s in QEMU"
+
+
+def bench_whole_suite(explicit: str | None, rounds: int, json_path: str | None = None, workers: int = 2) -> int:
+    """The whole conformance suite (``pytest cases/ -n 2``) on both guest-memory paths, same
+    binary, interleaved: wall time and outcome counts, which must agree."""
+    steal = Steal.since_now()
+    binary, _ = provision.find_qemu(explicit)
+    pytest = [sys.executable, "-m", "pytest", "cases/", "-q", "-p", "no:cacheprovider", "-n", str(workers)]
+    pytest += ["--qemu-binary", str(binary)]
+    ours = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    ours["PYTHONPYCACHEPREFIX"] = str(provision.cache_root() / "pycache")
+    times: dict[str, list[float]] = {"shared": [], "qtest": []}
+    cpu: dict[str, list[list[float]]] = {mode: [] for mode in times}
+    outcomes: dict[str, str] = {}
+    for _ in range(rounds):
+        for mode in times:
+            seconds, output, status = _timed([*pytest, "--guest-memory", mode], ours)
+            summary = re.findall(r"^=* ?(\d+ passed.*?)(?: in [\d.]+s.*)?=*$", output, flags=re.MULTILINE)
+            spent = re.search(SUITE_CPU, output)  # the summary's CPU line (fixtures/plugin.py, cpu_line)
+            if status != 0 or not summary or not spent:
+                raise HarnessError(f"whole suite, guest memory {mode}: exit {status}:\n{output[-3000:]}")
+            outcomes[mode] = summary[-1].strip()
+            times[mode].append(seconds)
+            cpu[mode].append([float(spent["harness"]), float(spent["qemu"])])
+    passed = {mode: outcome.split(" passed")[0] for mode, outcome in outcomes.items()}
+    if passed["shared"] != passed["qtest"]:  # xfailed/xpassed may differ: races show when they will
+        raise HarnessError(f"the two paths disagree: shared {outcomes['shared']!r}, qtest {outcomes['qtest']!r}")
+    title = f"the whole suite, -n {workers}, on {home(binary)}, {rounds} round(s) each, interleaved; {load(steal)}"
+    data = {"title": title, "baseline": "qtest", "times": times, "outcomes": outcomes, "cpu": cpu}
+    return suite_report(data, json_path, steal)
