@@ -301,10 +301,15 @@ def test_the_plot_takes_its_x_axis_from_the_data() -> None:
     from harness.tools.bench.report import Table
 
     listing = Table("any title", ["backend", "files", "msize", "count"], ["ms"], compare="ms")
-    listing.rows = [("synth", 100, 8192, 8181), ("local", 20, 8192, 8181), ("local", 200, 8192, 2048)]
+    for backend, files, count in (("synth", 100, 8181), ("local", 20, 8181), ("local", 200, 2048)):
+        listing.add({"backend": backend, "files": files, "msize": 8192, "count": count, "ms": 1.0})
     assert x_axis(listing) == "files"
     io = Table("another", ["data path", "msize"], ["MB/s"], compare="MB/s")
-    io.rows = [("resident", 8192, 1.0), ("resident", 1 << 20, 2.0)]
+    for msize in (8192, 1 << 20):
+        io.add({"data path": "resident", "msize": msize, "MB/s": 1.0})
     assert x_axis(io) == "msize"
-    rtt = Table("round trips", ["measurement"], ["ops/s"], compare="ops/s", rows=[("qtest readw", 1)])
+    rtt = Table("round trips", ["measurement"], ["ops/s"], compare="ops/s")
+    rtt.add({"measurement": "qtest readw", "ops/s": 1})
     assert x_axis(rtt) == "measurement"
+    with pytest.raises(ValueError, match="not of the columns"):  # a row is keyed by every column, by name
+        rtt.add({"measurement": "x"})

@@ -11,13 +11,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness.errors import HarnessError
 from harness.p9 import wire
 from harness.p9.channel import VIRTIO_MSIZE_LIMIT, ChainLayout
 from harness.p9.messages import Tread, Twrite
-from harness.tools.bench.report import Table
+from harness.tools.bench.report import Row, Table
 from harness.tools.bench.variant import CPU_COLUMNS, CpuSplit, Variant, machine_config
 from harness.tools.connect import Connection, connect
 from harness.virtio.guestmem import PAGE, Regions
@@ -91,13 +90,13 @@ def io_table(variant: Variant, size: int, msizes: Sequence[int], paths: Sequence
             for path in paths:
                 io = IoPath(conn, period * 2, path != "copied", paged="pages" in path)
                 for msize in msizes:
-                    table.rows.append((path, msize, *_io_run(io, export, size, msize)))
+                    table.add({"data path": path, "msize": msize, **_io_run(io, export, size, msize)})
     finally:
         shutil.rmtree(export, ignore_errors=True)
     return table
 
 
-def _io_run(io: IoPath, export: Path, size: int, msize: int) -> tuple[Any, ...]:
+def _io_run(io: IoPath, export: Path, size: int, msize: int) -> Row:
     session, channel, driver = io.conn.session, io.conn.channel, io.conn.driver
     # What the transfers use: the msize asked for, capped, as Linux's client caps it, to what a
     # chain of pages can carry, then to what the server grants. Sized from the msize asked for,
@@ -136,8 +135,17 @@ def _io_run(io: IoPath, export: Path, size: int, msize: int) -> tuple[Any, ...]:
     session.clunk(0)
     (export / f"io-{msize}").unlink()
     mb, wall = size / 1e6, (wrote - start) + (done - read_start)
-    return (used, round(size / 2**20, 1), round(mb / (wrote - start), 1), round(mb / (done - read_start), 1),
-            round(wall, 3), round(server, 3), round(transfer, 3), f"{transfer / wall:.0%}", *cpu.cells())  # fmt: skip
+    return {
+        "msize used": used,
+        "MiB": round(size / 2**20, 1),
+        "write MB/s": round(mb / (wrote - start), 1),
+        "read MB/s": round(mb / (done - read_start), 1),
+        "wall s": round(wall, 3),
+        "server s": round(server, 3),
+        "harness transfer s": round(transfer, 3),
+        "transfer share": f"{transfer / wall:.0%}",
+        **cpu.columns(),
+    }
 
 
 def _io_write(io: IoPath, fid: int, offset: int, length: int, source: int) -> float:

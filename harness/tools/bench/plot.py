@@ -11,7 +11,7 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.qemu import provision
-from harness.tools.bench.report import Table
+from harness.tools.bench.report import Row, Table
 from harness.tools.bench.variant import Variant
 
 #: a key column that names where a row ran rather than what it varies
@@ -21,9 +21,9 @@ NOT_AN_AXIS = ("backend",)
 def x_axis(table: Table) -> str:
     """The key column to draw along x: numeric, and with the most distinct values."""
     numeric = [
-        (len({row[at] for row in table.rows}), column)
-        for at, column in enumerate(table.keys)
-        if column not in NOT_AN_AXIS and table.rows and all(isinstance(row[at], int | float) for row in table.rows)
+        (len({row[column] for row in table.rows}), column)
+        for column in table.keys
+        if column not in NOT_AN_AXIS and table.rows and all(isinstance(row[column], int | float) for row in table.rows)
     ]
     return max(numeric)[1] if numeric else table.keys[0]
 
@@ -38,22 +38,20 @@ def plot(tables: list[Table], variants: list[Variant], path: Path) -> None:
         raise HarnessError("--plot needs matplotlib: pip install -e '.[plot]' (make venv installs it)") from err
     first = tables[0]
     x_col = x_axis(first)
-    columns = [*first.keys, *first.values]
-    xi, yi = columns.index(x_col), columns.index(first.compare)
     others = [c for c in first.keys if c != x_col]  # one line per combination, backend included
-    numeric = all(isinstance(row[xi], int | float) for row in first.rows)
+    numeric = all(isinstance(row[x_col], int | float) for row in first.rows)
     figure, axes = plt.subplots(figsize=(7, 4))
     for variant, table in zip(variants, tables, strict=True):
-        groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+        groups: dict[tuple[Any, ...], list[Row]] = {}
         for row in table.rows:
-            key = tuple(row[columns.index(c)] for c in others)
+            key = tuple(row[c] for c in others)
             groups.setdefault(key, []).append(row)
         for key, rows in groups.items():
             if numeric:
-                rows.sort(key=lambda r: r[xi])
+                rows.sort(key=lambda r: r[x_col])
             name = f"{provision.probe_cached(variant.binary).version} {variant.guest_memory}"
             name += f" {dict(zip(others, key, strict=True))}" if key else ""
-            axes.plot([r[xi] for r in rows], [r[yi] for r in rows], marker="o", label=name)
+            axes.plot([r[x_col] for r in rows], [r[first.compare] for r in rows], marker="o", label=name)
     if numeric:
         axes.set_xscale("log")
     else:

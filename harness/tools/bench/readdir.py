@@ -11,12 +11,11 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from harness.p9 import wire
 from harness.p9.messages import Rreaddir, Treaddir
 from harness.qemu.machine import FsConfig, SynthFs
-from harness.tools.bench.report import Table, stats
+from harness.tools.bench.report import Row, Table, stats
 from harness.tools.bench.variant import CPU_COLUMNS, CpuSplit, Variant, machine_config, progress
 from harness.tools.connect import Connection, connect
 
@@ -80,12 +79,21 @@ def readdir_table(
                     cpu = CpuSplit(conn.machine)
                     with cpu.measuring():
                         measured = _readdir_runs(conn, path, msize, count, runs)
-                    table.rows.append((backend, files, msize, count, *measured, *cpu.cells()))
+                    table.add(
+                        {
+                            "backend": backend,
+                            "files": files,
+                            "msize": msize,
+                            "count": count,
+                            **measured,
+                            **cpu.columns(),
+                        }
+                    )
                     bar.update()
     return table
 
 
-def _readdir_runs(conn: Connection, path: list[str], msize: int, count: int, runs: int) -> tuple[Any, ...]:
+def _readdir_runs(conn: Connection, path: list[str], msize: int, count: int, runs: int) -> Row:
     session = conn.session
     session.version(msize)
     session.attach(0)
@@ -112,5 +120,6 @@ def _readdir_runs(conn: Connection, path: list[str], msize: int, count: int, run
     session.clunk(0)
     s_min, s_med, s_mean, s_p95 = stats(server)
     c_med = statistics.median(client)
-    ms = [round(v * 1000, 3) for v in (s_min, s_med, s_mean, s_p95, max(server), c_med, c_med - s_med)]
-    return (requests, *ms)
+    named = {"server min ms": s_min, "server median ms": s_med, "server mean ms": s_mean, "server p95 ms": s_p95,
+             "server max ms": max(server), "client median ms": c_med, "harness median ms": c_med - s_med}  # fmt: skip
+    return {"Treaddir/listing": requests, **{column: round(v * 1000, 3) for column, v in named.items()}}

@@ -14,19 +14,35 @@ from tabulate import tabulate
 
 from harness.tools.bench.variant import CPU_COLUMNS, Variant
 
+Row = dict[str, Any]
+
 
 @dataclass
 class Table:
-    """One bench's result on one binary: ``keys`` columns name a row, ``values`` columns measure it."""
+    """One bench's result on one binary: ``keys`` columns name a row, ``values`` columns measure it.
+    A row is keyed by column name (:meth:`add` checks it has every column and no other)."""
 
     title: str  # per whole directory listing for Treaddir
     keys: list[str]
     values: list[str]
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
     #: the value column compared between binaries (B / A)
     compare: str = ""
     #: value columns also shown per variant when variants are compared (their medians)
     also: list[str] = field(default_factory=list)
+
+    @property
+    def columns(self) -> list[str]:
+        return [*self.keys, *self.values]
+
+    def add(self, row: Row) -> None:
+        if set(row) != set(self.columns):
+            raise ValueError(f"{self.title}: a row of {sorted(row)}, not of the columns {self.columns}")
+        self.rows.append({column: row[column] for column in self.columns})
+
+    def cells(self) -> list[list[Any]]:
+        """The rows as lists in column order: for tabulate and the --json record."""
+        return [[row[column] for column in self.columns] for row in self.rows]
 
 
 def stats(samples: Sequence[float]) -> tuple[float, float, float, float]:
@@ -40,20 +56,19 @@ def merged(rounds: list[Table]) -> Table:
     first = rounds[0]
     table = Table(first.title, first.keys, first.values, compare=first.compare, also=first.also)
     for index, row in enumerate(first.rows):
-        cells = list(row)
-        for col in range(len(first.keys), len(row)):
-            samples = [t.rows[index][col] for t in rounds]
+        cells = dict(row)
+        for column in first.values:
+            samples = [t.rows[index][column] for t in rounds]
             if all(isinstance(v, int | float) for v in samples):
                 middle = statistics.median(samples)
-                cells[col] = round(middle, 3) if isinstance(middle, float) else middle
-        table.rows.append(tuple(cells))
+                cells[column] = round(middle, 3) if isinstance(middle, float) else middle
+        table.add(cells)
     return table
 
 
 def _spread(rounds: list[Table], index: int) -> tuple[Any, Any, Any]:
     """min, median and max over the rounds of row ``index``'s compared value."""
-    at = len(rounds[0].keys) + rounds[0].values.index(rounds[0].compare)
-    samples = [t.rows[index][at] for t in rounds]
+    samples = [t.rows[index][t.compare] for t in rounds]
     return min(samples), statistics.median(samples), max(samples)
 
 
@@ -69,16 +84,15 @@ def comparison(results: dict[Variant, list[Table]]) -> tuple[list[str], list[tup
         headers += [f"{letter} {first.compare}", f"{letter} min", f"{letter} max"]
         headers += [f"{letter} {column}" for column in shown]
     headers += [f"{letter}/A" for letter in letters[1:]]
-    cpu_at = [len(first.keys) + first.values.index(c) for c in shown]
     rows = []
     for index, row in enumerate(first.rows):
-        cells: list[Any] = list(row[: len(first.keys)])
+        cells: list[Any] = [row[key] for key in first.keys]
         medians = []
         for variant in variants:
             low, middle, high = _spread(results[variant], index)
             medians.append(middle)
             whole = merged(results[variant]).rows[index]
-            cells += [middle, low, high, *(whole[at] for at in cpu_at)]
+            cells += [middle, low, high, *(whole[column] for column in shown)]
         cells += [f"{m / medians[0]:.2f}" if medians[0] else "-" for m in medians[1:]]
         rows.append(tuple(cells))
     return headers, rows
@@ -94,13 +108,13 @@ def text(results: dict[Variant, list[Table]], labels: list[str], machine: str) -
     names = "; ".join(f"{chr(65 + i)} = {label}" for i, label in enumerate(labels))
     title = f"{first.title} — {names}; {rounds} round(s), interleaved; {machine}"
     if len(variants) == 1 and rounds == 1:
-        return title + "\n" + tabulate(first.rows, headers=[*first.keys, *first.values], tablefmt="github")
+        return title + "\n" + tabulate(first.cells(), headers=first.columns, tablefmt="github")
     if len(variants) == 1:
         table = merged(results[variants[0]])
         spreads = [_spread(results[variants[0]], i) for i in range(len(table.rows))]
         headers = [*first.keys, *(f"{v} (median)" for v in first.values)]
         headers += [f"{first.compare} min", f"{first.compare} max"]
-        rows = [(*row, low, high) for row, (low, _, high) in zip(table.rows, spreads, strict=True)]
+        rows = [(*row, low, high) for row, (low, _, high) in zip(table.cells(), spreads, strict=True)]
         return title + "\n" + tabulate(rows, headers=headers, tablefmt="github")
     headers, rows = comparison(results)
     return title + "\n" + tabulate(rows, headers=headers, tablefmt="github")
@@ -110,15 +124,16 @@ def text_of_json(path: Path) -> str:
     """What the bench printed when it wrote ``path`` (``--json``): the docs quote this, and a
     self-test keeps them equal."""
     data = json.loads(path.read_text())
-    shape = data["table"]
+    shape, columns = data["table"], data["columns"]
+
+    def table(rows: list[list[Any]]) -> Table:
+        named = [dict(zip(columns, row, strict=True)) for row in rows]
+        return Table(data["bench"], shape["keys"], shape["values"], named, shape["compare"], shape["also"])
+
     results = {
-        Variant(Path(v["binary"]), v["guest_memory"], slot, v.get("multidevs")): [
-            Table(data["bench"], shape["keys"], shape["values"], [tuple(r) for r in rows], shape["compare"],
-                  shape["also"])
-            for rows in rounds
-        ]
+        Variant(Path(v["binary"]), v["guest_memory"], slot, v.get("multidevs")): [table(rows) for rows in rounds]
         for slot, (v, rounds) in enumerate(zip(data["variants"], data["rounds"], strict=True))
-    }  # fmt: skip
+    }
     return text(results, data["labels"], data["machine"])
 
 
@@ -137,5 +152,5 @@ def record(results: dict[Variant, list[Table]], labels: list[str], machine: str,
         "machine": machine,
         "table": {"keys": first.keys, "values": first.values, "compare": first.compare, "also": first.also},
         "columns": [*first.keys, *first.values],
-        "rounds": [[[list(r) for r in t.rows] for t in results[v]] for v in variants],  # as "variants"
+        "rounds": [[t.cells() for t in results[v]] for v in variants],  # as "variants"; cells as "columns"
     }

@@ -19,7 +19,7 @@ from harness.p9.messages import Tclunk, Tgetattr, Tmkdir, Treaddir, Tstatfs, Tun
 from harness.p9.session import Pending, Session
 from harness.p9.wire import TMessage
 from harness.qemu.machine import Machine, SynthFs
-from harness.tools.bench.report import Table
+from harness.tools.bench.report import Row, Table
 from harness.tools.bench.variant import CPU_COLUMNS, QEMU_PER_OP, CpuSplit, Variant, machine_config, rate
 from harness.tools.connect import connect
 from harness.virtio.virtio_pci import Transport
@@ -113,22 +113,20 @@ def _timed_row(table: Table, machine: Machine, name: str, seconds: float, step: 
     before = machine.qtest.round_trips
     cpu = CpuSplit(machine)
     count, ops_per_s = rate(seconds, step, cpu)
-    table.rows.append(_rtt_row(name, count, ops_per_s, machine.qtest.round_trips - before, cpu))
+    table.add(_rtt_row(name, count, ops_per_s, machine.qtest.round_trips - before, cpu))
 
 
-def _rtt_row(name: str, count: int, per_second: float, round_trips: int, cpu: CpuSplit) -> tuple[Any, ...]:
-    """One ``bench rtt`` row, in the order of its columns: ops, ops/s, µs/op, socket writes/op,
-    QEMU CPU µs/op, QEMU CPU %, harness CPU %."""
-    per_op = round_trips / count
-    return (
-        name,
-        count,
-        round(per_second),
-        round(1e6 / per_second, 1),
-        round(per_op, 2),
-        cpu.qemu_per_op(count),
-        *cpu.cells(),
-    )
+def _rtt_row(name: str, count: int, per_second: float, round_trips: int, cpu: CpuSplit) -> Row:
+    """One ``bench rtt`` row."""
+    return {
+        "measurement": name,
+        "ops": count,
+        "ops/s": round(per_second),
+        "µs/op": round(1e6 / per_second, 1),
+        "socket writes/op": round(round_trips / count, 2),
+        QEMU_PER_OP: cpu.qemu_per_op(count),
+        **cpu.columns(),
+    }
 
 
 def rtt_table(variant: Variant, transport: Transport, seconds: float) -> Table:
@@ -172,7 +170,7 @@ def rtt_table(variant: Variant, transport: Transport, seconds: float) -> Table:
             cpu = CpuSplit(conn.machine)
             count, per_second = keep_in_flight(conn.channel, request, k, seconds, timed=cpu.measuring)
             name = f"load generator: {kind}, {k} in flight"
-            table.rows.append(_rtt_row(name, count, per_second, qt.round_trips - before, cpu))
+            table.add(_rtt_row(name, count, per_second, qt.round_trips - before, cpu))
         session.clunk(listing)
         session.clunk(0)
     namespace_rows(variant, transport, seconds, table)

@@ -69,10 +69,12 @@ class CpuSplit:
             self.qemu += self.machine.cpu_seconds() - qemu
             self.harness += cpu_seconds() - harness
 
-    def cells(self) -> tuple[int, int]:
+    def columns(self) -> dict[str, int]:
+        """The :data:`CPU_COLUMNS` cells of a row: QEMU's and the harness's CPU % of the wall time."""
         if not self.wall:
-            return 0, 0
-        return round(100 * self.qemu / self.wall), round(100 * self.harness / self.wall)
+            return dict.fromkeys(CPU_COLUMNS, 0)
+        shares = round(100 * self.qemu / self.wall), round(100 * self.harness / self.wall)
+        return dict(zip(CPU_COLUMNS, shares, strict=True))
 
     def qemu_per_op(self, ops: int) -> float:
         """QEMU's CPU microseconds per operation: the server's cost of a request, whatever the
