@@ -34,8 +34,8 @@ from cases.posix_expectations import (
 )
 from fixtures.case_path import case_path
 from fixtures.mount import Mount
-from harness.fuse.pjdfstest import run_file
 from harness.qemu import versions
+from harness.qemu.pjdfstest import run_file
 
 #: a .t file's longest wall time here is under a minute (chown/00.t, sleeping for ctime)
 T_TIMEOUT = 600.0

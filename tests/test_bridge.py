@@ -15,7 +15,6 @@ pyfuse3 = pytest.importorskip("pyfuse3", reason="pyfuse3 is not installed (make 
 
 from harness.errors import P9Rlerror  # noqa: E402
 from harness.fuse.bridge import Bridge, setattr_request  # noqa: E402
-from harness.fuse.pjdfstest import read_tap  # noqa: E402
 from harness.p9 import wire  # noqa: E402
 from harness.p9.messages import (  # noqa: E402
     Rattach,
@@ -33,6 +32,7 @@ from harness.p9.messages import (  # noqa: E402
     Twalk,
     Twrite,
 )
+from harness.qemu.pjdfstest import read_tap  # noqa: E402
 
 
 def qid(path: int, kind: int = wire.QTFILE) -> wire.Qid:

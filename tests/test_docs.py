@@ -93,7 +93,7 @@ def test_the_pjdfstest_count_is_the_cases() -> None:
     """The number of pjdfstest files README and docs/posix.md give is the family's, which is the
     tarball's where this machine has it built."""
     from cases.posix_expectations import PJDFSTEST_FILES
-    from harness.fuse import pjdfstest
+    from harness.qemu import pjdfstest
     from harness.qemu.provision import cache_root
 
     for page in (README, PROJECT / "docs" / "posix.md"):

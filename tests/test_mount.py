@@ -195,7 +195,7 @@ def test_a_stop_signal_while_trio_starts_is_kept_for_it(capsys: pytest.CaptureFi
     "unmounting", then the mount's tasks cancelled."""
     import trio
 
-    from harness.fuse import mount
+    from harness.tools import mount
 
     saved = {signum: signal.getsignal(signum) for signum in mount.STOP_SIGNALS}
     try:

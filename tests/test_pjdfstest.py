@@ -1,4 +1,4 @@
-"""pjdfstest's build into the cache (harness/fuse/pjdfstest.py): once, whoever asks first."""
+"""pjdfstest's build into the cache (harness/qemu/pjdfstest.py): once, whoever asks first."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from harness.fuse import pjdfstest
+from harness.qemu import pjdfstest
 
 
 def _ask(root: Path, tarball: Path, calls: Path) -> None:

@@ -20,7 +20,6 @@ keep it offline; configure flags a tree does not know are left out.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -30,11 +29,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import ProvisionError
+from harness.qemu.shell import locked, missing_packages, sh, tail
 
 BINARY_NAME = "qemu-system-x86_64"
 STAMP = "build.json"
@@ -218,21 +217,11 @@ def build(origin: str, root: Path, *, with_qos_test: bool = True, variant: str =
     the cache."""
     if variant not in VARIANTS:
         raise ProvisionError(f"unknown build variant {variant!r}; one of {', '.join(filter(None, VARIANTS))}")
-    with _locked(root):
+    with locked(root):
         done = find_build(origin, root, variant)
         if done is not None and (done.qos_test or not with_qos_test):
             return done
         return _build_fresh(origin, root, with_qos_test, variant)
-
-
-@contextlib.contextmanager
-def _locked(root: Path, name: str = ".lock") -> Iterator[None]:
-    """Inside, no other process holds the lock file ``root/name``: one builds what the others
-    then take from the cache."""
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / name, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
 
 def _build_fresh(origin: str, root: Path, with_qos_test: bool, variant: str) -> Build:
@@ -265,7 +254,7 @@ def _build_fresh(origin: str, root: Path, with_qos_test: bool, variant: str) -> 
             if suppressions.is_file():
                 shutil.copy2(suppressions, work / TSAN_SUPPRESSIONS)
         say(f"configure (QEMU {version}, TCG off, virtfs on{', ' + variant if variant else ''})")
-        _sh([str(tree / "configure"), *flags], log, cwd=build_dir, env=env)
+        sh([str(tree / "configure"), *flags], log, cwd=build_dir, env=env)
         targets = [BINARY_NAME] + (["tests/qtest/qos-test"] if with_qos_test else [])
         _ninja(build_dir, targets, log)
         shutil.copy2(build_dir / BINARY_NAME, work / BINARY_NAME)
@@ -315,11 +304,11 @@ def tsan_glib(root: Path, log: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="glib-", dir=root) as scratch:
         work = Path(scratch)
         say(f"building glib {version} with -fsanitize=thread (Debian's source) into {prefix}")
-        _sh(["apt-get", "source", "--download-only", "-q", f"glib2.0={version}"], log, cwd=work)
-        _sh(["dpkg-source", "-x", str(max(work.glob("glib2.0_*.dsc"))), "src"], log, cwd=work)
+        sh(["apt-get", "source", "--download-only", "-q", f"glib2.0={version}"], log, cwd=work)
+        sh(["dpkg-source", "-x", str(max(work.glob("glib2.0_*.dsc"))), "src"], log, cwd=work)
         flags = {"CFLAGS": "-O2 -g -fsanitize=thread", "LDFLAGS": "-fsanitize=thread"}
         setup = ["meson", "setup", str(work / "build"), f"--prefix={prefix}", *GLIB_MESON]
-        _sh(setup, log, cwd=work / "src", env=flags)
+        sh(setup, log, cwd=work / "src", env=flags)
         _ninja(work / "build", ["install"], log)
     (prefix / ".installed").touch()
     return prefix
@@ -376,9 +365,9 @@ def _check_tree(tree: Path) -> None:
 
 def _debian_source(suite: str, work: Path, log: Path) -> Path:
     say(f"apt-get source qemu ({suite})")
-    _sh(["apt-get", "source", "--download-only", "-q", f"qemu/{suite}"], log, cwd=work)
+    sh(["apt-get", "source", "--download-only", "-q", f"qemu/{suite}"], log, cwd=work)
     dsc = max(work.glob("qemu_*.dsc"))
-    _sh(["dpkg-source", "-x", str(dsc), "src"], log, cwd=work)  # applies Debian's patches
+    sh(["dpkg-source", "-x", str(dsc), "src"], log, cwd=work)  # applies Debian's patches
     for name in (p.name for p in work.glob("qemu_*")):
         (work / name).unlink()
     return work / "src"
@@ -409,8 +398,8 @@ def _python_flag(tree: Path, root: Path, log: Path) -> list[str]:
     if not (venv / ".installed").exists():
         say(f"a Python venv for configure: {' '.join(PYTHON_DEPS)}")
         shutil.rmtree(venv, ignore_errors=True)
-        _sh([sys.executable, "-m", "venv", str(venv)], log)
-        _sh([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PYTHON_DEPS], log)
+        sh([sys.executable, "-m", "venv", str(venv)], log)
+        sh([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PYTHON_DEPS], log)
         (venv / ".installed").touch()
     return [f"--python={python}"]
 
@@ -431,10 +420,10 @@ def ensure_packages(log: Path, origin: str) -> None:
         sources.write_text(_deb_src(suite or ""))
         say(f"wrote {sources} (source packages only: no binary package of {suite} is installed)")
     say("apt-get update")
-    _sh(["apt-get", "update", "-q"], log)
+    sh(["apt-get", "update", "-q"], log)
     if missing:
         say(f"installing {len(missing)} packages: {' '.join(missing)}")
-        _sh(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], log)
+        sh(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], log)
 
 
 def _deb_src(suite: str) -> str:
@@ -452,31 +441,6 @@ def _deb_src(suite: str) -> str:
     return "\n".join(entries)
 
 
-def missing_packages(packages: list[str]) -> list[str]:
-    query = subprocess.run(
-        ["dpkg-query", "-W", "-f", "${Package} ${db:Status-Abbrev}\n", *packages],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    installed = {line.split()[0] for line in query.stdout.splitlines() if line.split()[1:2] == ["ii"]}
-    return [p for p in packages if p not in installed]
-
-
-def _sh(argv: list[str], log: Path, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
-    with open(log, "a") as out:
-        out.write(f"\n$ {' '.join(argv)}\n")
-        out.flush()
-        result = subprocess.run(
-            argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, check=False,
-            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive", **(env or {})},
-        )  # fmt: skip
-    if result.returncode != 0:
-        raise ProvisionError(f"`{' '.join(argv)}` failed with status {result.returncode}; log {log}:\n{_tail(log)}")
-
-
-def _tail(log: Path) -> str:
-    return "".join(log.read_text(errors="replace").splitlines(keepends=True)[-25:])
-
-
 def _ninja(build_dir: Path, targets: list[str], log: Path) -> None:
     """Run ninja, printing its progress every few seconds."""
     with open(log, "a") as out:
@@ -490,4 +454,4 @@ def _ninja(build_dir: Path, targets: list[str], log: Path) -> None:
                 last = time.monotonic()
         status = proc.wait()
     if status != 0:
-        raise ProvisionError(f"ninja {' '.join(targets)} failed; log {log}:\n{_tail(log)}")
+        raise ProvisionError(f"ninja {' '.join(targets)} failed; log {log}:\n{tail(log)}")

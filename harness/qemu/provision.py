@@ -41,6 +41,19 @@ def cache_root() -> Path:
     return Path(base) / PROJECT
 
 
+#: Directories to look in for third-party sources the harness builds but does not ship (pjdfstest's
+#: tarball), ``os.pathsep``-separated, before the cache's ``third_party/``. This project's CI sets
+#: it to the ``shared/third_party`` beside its checkout (``.ci/run``).
+THIRD_PARTY_ENV = "V9P_THIRD_PARTY"
+
+
+def third_party_dirs() -> list[Path]:
+    """Where third-party sources are looked for, in order: ``$V9P_THIRD_PARTY``'s entries, then
+    the cache's ``third_party/``."""
+    named = [Path(entry) for entry in os.environ.get(THIRD_PARTY_ENV, "").split(os.pathsep) if entry]
+    return [*named, cache_root() / "third_party"]
+
+
 # -- finding --------------------------------------------------------------------------------------
 
 

@@ -261,7 +261,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         binary, _ = provision.find_qemu(args.qemu_binary)
         return run_repl(binary, args.backend, args.export, args.transport)
     if args.command == "mount":
-        from harness.fuse.mount import MountOptions, run
+        from harness.tools.mount import MountOptions, run
 
         if args.export and args.backend != "local":
             raise HarnessError("--export names the directory of --backend local; the synth backend exports none")

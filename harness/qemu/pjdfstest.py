@@ -1,8 +1,9 @@
 """pjdfstest, the POSIX syscall conformance suite, built from its source tarball into the cache and
 run one ``.t`` file at a time on a mount.
 
-The tarball is not ours to ship: it is looked for in ``$PJDFSTEST_TARBALL``, then the cache's
-``third_party/``, then ``../shared/third_party/`` beside the checkout (this project's CI).
+The tarball is not ours to ship: it is ``$PJDFSTEST_TARBALL``, or looked for in the third-party
+search path (:func:`harness.qemu.provision.third_party_dirs`: ``$V9P_THIRD_PARTY``, then the
+cache's ``third_party/``).
 Each ``.t`` is a shell script printing TAP (``1..N``, ``ok n``, ``not ok n - why``); we read it
 as prove does.
 """
@@ -18,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import ProvisionError
-from harness.qemu.build import _locked, _sh, missing_packages
-from harness.qemu.provision import cache_root
+from harness.qemu.provision import THIRD_PARTY_ENV, cache_root, third_party_dirs
+from harness.qemu.shell import locked, missing_packages, sh
 
 ENV_TARBALL = "PJDFSTEST_TARBALL"
 TARBALL_GLOB = "pjdfstest-*.tar.gz"
@@ -30,14 +31,14 @@ KNOWN_SOURCE = "pjdfstest-85a8aea"
 
 def where_to_put() -> str:
     return (f"pjdfstest's source tarball ({KNOWN_SOURCE}.tar.gz, github.com/pjd/pjdfstest) is not here: "
-            f"put it in {cache_root() / 'third_party'}/ or name it with {ENV_TARBALL}=PATH")  # fmt: skip
+            f"put it in {cache_root() / 'third_party'}/, name its directory in {THIRD_PARTY_ENV}, or the file "
+            f"in {ENV_TARBALL}=PATH")  # fmt: skip
 
 
 def find_tarball() -> Path | None:
     if os.environ.get(ENV_TARBALL):
         return Path(os.environ[ENV_TARBALL])
-    beside = Path(__file__).resolve().parents[3] / "shared" / "third_party"
-    for directory in (cache_root() / "third_party", beside):
+    for directory in third_party_dirs():
         found = sorted(directory.glob(TARBALL_GLOB)) if directory.is_dir() else []
         if found:
             return found[-1]
@@ -51,7 +52,7 @@ def built(tarball: Path, root: Path | None = None) -> Path:
         return tree
     # every xdist worker asks on a fresh machine: one builds, the others wait for it and take its
     # tree (two extracting into one work directory failed both: FileExistsError)
-    with _locked(tree.parent, f"{tree.name}.lock"):
+    with locked(tree.parent, f"{tree.name}.lock"):
         if not (tree / "pjdfstest").is_file():
             _build(tarball, tree)
     return tree
@@ -63,7 +64,7 @@ def _build(tarball: Path, tree: Path) -> None:
     if missing:
         if os.geteuid() != 0:
             raise ProvisionError(f"building pjdfstest needs {' '.join(missing)}: apt-get install them (as root)")
-        _sh(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], log)
+        sh(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], log)
     work = tree.with_name(tree.name + ".partial")
     shutil.rmtree(work, ignore_errors=True)
     with tarfile.open(tarball) as archive:
@@ -71,7 +72,7 @@ def _build(tarball: Path, tree: Path) -> None:
         archive.extractall(work, filter="data")
     source = work / top
     for step in (["autoreconf", "-ifs"], ["./configure"], ["make", "pjdfstest"]):
-        _sh(step, log, cwd=source)
+        sh(step, log, cwd=source)
     shutil.rmtree(tree, ignore_errors=True)
     source.rename(tree)
     shutil.rmtree(work, ignore_errors=True)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError, HarnessMisuse
+from harness.fuse import require_fuse
 from harness.fuse.watcher import mounted
 from harness.p9.channel import Channel
 from harness.p9.session import Session
@@ -55,22 +56,6 @@ class MountOptions:
     #: keep only the last this many messages (None: all; a long stress run's whole conversation is
     #: gigabytes): the reproducer then says it is incomplete, the trace shows the end
     trace_limit: int | None = None
-
-
-def require_fuse() -> None:
-    """Say what is missing before QEMU starts: the binding, the device, root."""
-    try:
-        import pyfuse3  # noqa: F401
-        import trio  # noqa: F401
-    except ImportError as err:
-        raise HarnessMisuse(
-            f"the mount needs pyfuse3 ({err}): Debian's libfuse3-dev and pkg-config, then "
-            "`pip install -e '.[posix]'` (make venv does both)"
-        ) from err
-    if not os.path.exists("/dev/fuse"):
-        raise HarnessMisuse("the mount needs /dev/fuse (modprobe fuse; in a container: --device /dev/fuse)")
-    if os.geteuid() != 0:
-        raise HarnessMisuse("the mount runs as root: it answers every uid's requests (allow_other) as v9fs does")
 
 
 def run(options: MountOptions) -> int:
