@@ -13,7 +13,7 @@ import pytest
 
 pyfuse3 = pytest.importorskip("pyfuse3", reason="pyfuse3 is not installed (make venv installs it)")
 
-from harness.errors import P9Rlerror  # noqa: E402
+from harness.errors import P9Rlerror, QEMUExited  # noqa: E402
 from harness.fuse.bridge import Bridge, setattr_request  # noqa: E402
 from harness.p9 import wire  # noqa: E402
 from harness.p9.messages import (  # noqa: E402
@@ -166,10 +166,35 @@ def test_a_missing_name_is_enoent_and_an_inode_keeps_its_number(bridge: tuple[Br
     assert sum(1 for r in session.sent if isinstance(r, tuple) and r[0] == "Tclunk") == 1  # the older fid
 
 
+def test_every_operation_fails_through_one_place() -> None:
+    """An Rlerror is the program's errno and the mount stays; a harness failure (QEMU gone) is EIO
+    and ends the mount; a bug of the bridge is EIO, counted as a defect, and the mount stays."""
+    session = FakeSession()
+    ended: list[BaseException] = []
+    made = Bridge(session, ended.append)  # type: ignore[arg-type]
+    made.attach_root()
+    causes: list[Exception] = [P9Rlerror("Treadlink", errno.EINVAL), QEMUExited("QEMU died"), KeyError("bug")]
+    answered = []
+    for cause in causes:
+
+        def broken(request: Any, cause: Exception = cause) -> Any:
+            raise cause
+
+        session.rpc = broken  # type: ignore[method-assign]
+        with pytest.raises(pyfuse3.FUSEError) as failed:
+            run(made.readlink(pyfuse3.ROOT_INODE, ctx(0, 0)))
+        assert failed.value.__cause__ is cause
+        answered.append(failed.value.errno)
+    assert answered == [errno.EINVAL, errno.EIO, errno.EIO]
+    assert ended == [causes[1]] and made.defects == 1
+
+
 def test_setattr_request_carries_what_fuse_asked() -> None:
-    attr = SimpleNamespace(st_mode=stat.S_IFREG | 0o600, st_uid=5, st_gid=6, st_size=7, st_atime_ns=1_500_000_000,
-                           st_mtime_ns=2_000_000_001)  # fmt: skip
-    fields = SimpleNamespace(update_mode=True, update_uid=False, update_gid=True, update_size=True,
+    attr = pyfuse3.EntryAttributes()
+    attr.st_mode, attr.st_uid, attr.st_gid, attr.st_size = stat.S_IFREG | 0o600, 5, 6, 7
+    attr.st_atime_ns, attr.st_mtime_ns = 1_500_000_000, 2_000_000_001
+    # pyfuse3 makes SetattrFields itself from the kernel's request: a stand-in with its fields
+    fields: Any = SimpleNamespace(update_mode=True, update_uid=False, update_gid=True, update_size=True,
                              update_atime=True, update_mtime=False, update_ctime=False)  # fmt: skip
     request = setattr_request(3, attr, fields)
     bits = wire.SETATTR_MODE | wire.SETATTR_GID | wire.SETATTR_SIZE | wire.SETATTR_ATIME | wire.SETATTR_ATIME_SET

@@ -199,13 +199,14 @@ def test_a_stop_signal_while_trio_starts_is_kept_for_it(capsys: pytest.CaptureFi
 
     saved = {signum: signal.getsignal(signum) for signum in mount.STOP_SIGNALS}
     try:
-        early = mount._kept_for_trio()
+        stops = mount.StopSignals()
+        stops.starting()
         os.kill(os.getpid(), signal.SIGTERM)  # before trio.run: no receiver of trio's exists yet
 
         async def main() -> None:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(trio.sleep, 60)  # the mount's serving task
-                nursery.start_soon(mount._stop_on_signal, nursery.cancel_scope, "mounted (test)", early)
+                nursery.start_soon(stops.serving, nursery.cancel_scope, "mounted (test)")
 
         start = time.monotonic()
         trio.run(main)
@@ -213,7 +214,7 @@ def test_a_stop_signal_while_trio_starts_is_kept_for_it(capsys: pytest.CaptureFi
     finally:
         for signum, handler in saved.items():
             signal.signal(signum, handler)
-    assert early == [signal.SIGTERM]
+    assert stops.noted == [signal.SIGTERM]
     assert took < 5, f"the early SIGTERM was not acted on ({took:.1f} s)"
     out, err = capsys.readouterr()
     assert (out, err) == ("mounted (test)\n", "SIGTERM: unmounting\n")

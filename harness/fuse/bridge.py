@@ -11,19 +11,21 @@
 * Permissions are checked by the kernel from the attributes (``default_permissions``), as v9fs
   checks them in the client: QEMU, running as root, does not check them for us.
 
-A 9P error reaches the program as its errno. A failure of the harness or of QEMU (no reply, QEMU
-dead) answers EIO and calls ``on_failure``, which ends the mount.
+Each FUSE operation is a plain method marked :func:`operation`; a 9P error reaches the program as
+its errno, and a failure of the harness or of QEMU (no reply, QEMU dead) answers EIO and calls
+``on_failure``, which ends the mount (:meth:`Bridge.failed`, the one place that decides).
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import stat
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import pyfuse3
 
@@ -51,10 +53,13 @@ from harness.p9.messages import (
     Txattrwalk,
 )
 from harness.p9.session import Session
-from harness.p9.wire import TMessage
+from harness.p9.wire import Dirent, TMessage
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
+Params = ParamSpec("Params")
+R = TypeVar("R")
+Context = pyfuse3.RequestContext
+Entry = pyfuse3.EntryAttributes
 
 #: Open flags the server is not to see: the kernel has done what they ask (O_CREAT, O_EXCL by
 #: lookup, O_NOCTTY has no meaning there); v9fs drops the same.
@@ -89,6 +94,25 @@ class Handle:
     uid: int = 0
 
 
+def operation(
+    body: Callable[Concatenate[Bridge, Params], R],
+) -> Callable[Concatenate[Bridge, Params], Coroutine[Any, Any, R]]:
+    """A FUSE request handler made of a plain method whose body runs 9P requests: pyfuse3 awaits
+    it, and :meth:`Bridge.failed` is the one place a failure becomes the program's errno or the
+    mount's end."""
+
+    @functools.wraps(body)
+    async def handler(self: Bridge, /, *args: Params.args, **kwargs: Params.kwargs) -> R:
+        try:
+            return body(self, *args, **kwargs)
+        except pyfuse3.FUSEError:
+            raise
+        except Exception as err:
+            raise self.failed(err) from err
+
+    return handler
+
+
 class Bridge(pyfuse3.Operations):
     """The operations; ``session`` is versioned, not attached (the bridge attaches per uid)."""
 
@@ -111,22 +135,19 @@ class Bridge(pyfuse3.Operations):
 
     # -- plumbing ---------------------------------------------------------------------------------
 
-    def call(self, what: Callable[[], T]) -> T:
-        """Run 9P requests: an Rlerror becomes the program's errno; anything else fails the mount."""
-        try:
-            return what()
-        except P9Rlerror as err:
-            raise pyfuse3.FUSEError(err.errno) from err
-        except pyfuse3.FUSEError:
-            raise
-        except HarnessError as err:
+    def failed(self, err: Exception) -> pyfuse3.FUSEError:
+        """What a failure of an operation's 9P work tells the program (called while it is handled):
+        an Rlerror is its errno; a failure of the harness or of QEMU (no reply, QEMU dead) is EIO and
+        ends the mount; anything else is a defect of the bridge, said loudly: EIO, the mount stays."""
+        if isinstance(err, P9Rlerror):
+            return pyfuse3.FUSEError(err.errno)
+        if isinstance(err, HarnessError):
             log.error("the mount fails: %s", err)
             self.on_failure(err)
-            raise pyfuse3.FUSEError(errno.EIO) from err
-        except Exception as err:  # a defect of the bridge: said loudly, the program gets EIO, the mount stays
-            self.defects += 1
-            log.exception("bridge defect (EIO to the program): %s", err)
-            raise pyfuse3.FUSEError(errno.EIO) from err
+            return pyfuse3.FUSEError(errno.EIO)
+        self.defects += 1
+        log.exception("bridge defect (EIO to the program): %s", err)
+        return pyfuse3.FUSEError(errno.EIO)
 
     def root_fid(self, uid: int) -> int:
         if uid not in self.roots:
@@ -174,14 +195,14 @@ class Bridge(pyfuse3.Operations):
             parent.as_uid[uid] = self.walk(root, names)
         return parent.as_uid[uid]
 
-    def create_gid(self, parent: Node, ctx: Any) -> tuple[int, int]:
+    def create_gid(self, parent: Node, ctx: Context) -> tuple[int, int]:
         """The new node's gid, and S_ISGID for a directory: a set-group-ID directory hands both on,
         as v9fs_get_fsgid_for_create and v9fs_vfs_mkdir_dotl do."""
         attrs = self.session.rpc(Tgetattr(fid=parent.fid, request_mask=wire.GETATTR_BASIC))
         return (attrs.gid, stat.S_ISGID) if attrs.mode & stat.S_ISGID else (ctx.gid, 0)
 
-    def entry(self, node: Node, attrs: Rgetattr) -> pyfuse3.EntryAttributes:
-        entry = pyfuse3.EntryAttributes()
+    def entry(self, node: Node, attrs: Rgetattr) -> Entry:
+        entry = Entry()
         entry.st_ino = node.ino
         entry.generation = 0
         entry.entry_timeout = entry.attr_timeout = 0
@@ -217,7 +238,7 @@ class Bridge(pyfuse3.Operations):
         self.inos[qid_path] = ino
         return ino
 
-    def looked_up(self, parent: Node, name: str) -> pyfuse3.EntryAttributes:
+    def looked_up(self, parent: Node, name: str) -> Entry:
         node, attrs = self.intern(parent, name, self.walk(parent.fid, [name]))
         node.lookups += 1
         return self.entry(node, attrs)
@@ -241,121 +262,107 @@ class Bridge(pyfuse3.Operations):
 
     # -- names --------------------------------------------------------------------------------------
 
-    async def lookup(self, parent_inode: int, name: bytes, ctx: Any = None) -> pyfuse3.EntryAttributes:
-        return self.call(lambda: self.looked_up(self.node(parent_inode), os.fsdecode(name)))
+    @operation
+    def lookup(self, parent_inode: int, name: bytes, ctx: Context | None = None) -> Entry:
+        return self.looked_up(self.node(parent_inode), os.fsdecode(name))
 
-    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
-        def forget() -> None:
-            for ino, count in inode_list:
-                node = self.nodes.get(ino)
-                if node is None or ino == pyfuse3.ROOT_INODE:
-                    continue
-                node.lookups -= count
-                if node.lookups <= 0:
-                    self.drop(node)
+    @operation
+    def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
+        for ino, count in inode_list:
+            node = self.nodes.get(ino)
+            if node is None or ino == pyfuse3.ROOT_INODE:
+                continue
+            node.lookups -= count
+            if node.lookups <= 0:
+                self.drop(node)
 
-        self.call(forget)
+    @operation
+    def getattr(self, inode: int, ctx: Context | None = None) -> Entry:
+        node = self.node(inode)
+        try:
+            attrs = self.session.rpc(Tgetattr(fid=node.fid, request_mask=wire.GETATTR_ALL))
+        except P9Rlerror as err:
+            # removed since: an open file's fid still answers (QEMU fstat()s it since 9.2.0,
+            # 8.2.9, 7.2.16), and fstat(2) of an open, unlinked file must work. pyfuse3 does not
+            # pass the file handle FUSE names, so any open one of the inode's will do.
+            opened = [h.fid for h in self.handles.values() if h.ino == inode]
+            if err.errno != errno.ENOENT or not opened:
+                raise
+            attrs = self.session.rpc(Tgetattr(fid=opened[0], request_mask=wire.GETATTR_ALL))
+        return self.entry(node, attrs)
 
-    async def getattr(self, inode: int, ctx: Any = None) -> pyfuse3.EntryAttributes:
-        def getattr() -> pyfuse3.EntryAttributes:
-            node = self.node(inode)
-            try:
-                attrs = self.session.rpc(Tgetattr(fid=node.fid, request_mask=wire.GETATTR_ALL))
-            except P9Rlerror as err:
-                # removed since: an open file's fid still answers (QEMU fstat()s it since 9.2.0,
-                # 8.2.9, 7.2.16), and fstat(2) of an open, unlinked file must work. pyfuse3 does not
-                # pass the file handle FUSE names, so any open one of the inode's will do.
-                opened = [h.fid for h in self.handles.values() if h.ino == inode]
-                if err.errno != errno.ENOENT or not opened:
-                    raise
-                attrs = self.session.rpc(Tgetattr(fid=opened[0], request_mask=wire.GETATTR_ALL))
-            return self.entry(node, attrs)
+    @operation
+    def setattr(self, inode: int, attr: Entry, fields: pyfuse3.SetattrFields, fh: int | None, ctx: Context) -> Entry:
+        node = self.node(inode)
+        request = setattr_request(self.handle(fh).fid if fh else node.fid, attr, fields)
+        if request.valid:
+            self.session.rpc(request)
+        return self.entry(node, self.session.rpc(Tgetattr(fid=node.fid, request_mask=wire.GETATTR_ALL)))
 
-        return self.call(getattr)
-
-    async def setattr(self, inode: int, attr: Any, fields: Any, fh: int | None, ctx: Any) -> pyfuse3.EntryAttributes:
-        def setattr() -> pyfuse3.EntryAttributes:
-            node = self.node(inode)
-            request = setattr_request(self.handle(fh).fid if fh else node.fid, attr, fields)
-            if request.valid:
-                self.session.rpc(request)
-            return self.entry(node, self.session.rpc(Tgetattr(fid=node.fid, request_mask=wire.GETATTR_ALL)))
-
-        return self.call(setattr)
-
-    async def readlink(self, inode: int, ctx: Any) -> bytes:
-        return self.call(lambda: os.fsencode(self.session.rpc(Treadlink(fid=self.node(inode).fid)).target))
+    @operation
+    def readlink(self, inode: int, ctx: Context) -> bytes:
+        return os.fsencode(self.session.rpc(Treadlink(fid=self.node(inode).fid)).target)
 
     def create_node(
-        self, parent_inode: int, name: bytes, ctx: Any, request: Callable[[int, str, int, int], TMessage[Any]]
-    ) -> pyfuse3.EntryAttributes:
+        self, parent_inode: int, name: bytes, ctx: Context, request: Callable[[int, str, int, int], TMessage[Any]]
+    ) -> Entry:
         """mknod, mkdir, symlink: ``request(fid, name, gid, setgid)`` through a fid of the caller's own
         attach (with the gid, and S_ISGID for a directory, create_gid gives), then the new node looked up."""
+        parent, text = self.node(parent_inode), os.fsdecode(name)
+        gid, setgid = self.create_gid(parent, ctx)
+        self.session.rpc(request(self.creating_fid(parent, ctx.uid), text, gid, setgid))
+        return self.looked_up(parent, text)
 
-        def create() -> pyfuse3.EntryAttributes:
-            parent, text = self.node(parent_inode), os.fsdecode(name)
-            gid, setgid = self.create_gid(parent, ctx)
-            self.session.rpc(request(self.creating_fid(parent, ctx.uid), text, gid, setgid))
-            return self.looked_up(parent, text)
-
-        return self.call(create)
-
-    async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: Any) -> pyfuse3.EntryAttributes:
+    @operation
+    def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: Context) -> Entry:
         major, minor, mode = os.major(rdev), os.minor(rdev), mode & ~ctx.umask
         return self.create_node(
             parent_inode, name, ctx,
             lambda fid, text, gid, _: Tmknod(dfid=fid, name=text, mode=mode, major=major, minor=minor, gid=gid),
         )  # fmt: skip
 
-    async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: Any) -> pyfuse3.EntryAttributes:
+    @operation
+    def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: Context) -> Entry:
         mode &= ~ctx.umask
         return self.create_node(
             parent_inode, name, ctx,
             lambda fid, text, gid, setgid: Tmkdir(dfid=fid, name=text, mode=mode | setgid, gid=gid),
         )  # fmt: skip
 
-    async def symlink(self, parent_inode: int, name: bytes, target: bytes, ctx: Any) -> pyfuse3.EntryAttributes:
+    @operation
+    def symlink(self, parent_inode: int, name: bytes, target: bytes, ctx: Context) -> Entry:
         to = os.fsdecode(target)
         return self.create_node(
             parent_inode, name, ctx, lambda fid, text, gid, _: Tsymlink(fid=fid, name=text, symtgt=to, gid=gid)
         )
 
-    async def link(self, inode: int, new_parent_inode: int, new_name: bytes, ctx: Any) -> pyfuse3.EntryAttributes:
-        def link() -> pyfuse3.EntryAttributes:
-            node, parent = self.node(inode), self.node(new_parent_inode)
-            self.session.rpc(Tlink(dfid=parent.fid, fid=node.fid, name=os.fsdecode(new_name)))
-            node.lookups += 1
-            return self.entry(node, self.session.rpc(Tgetattr(fid=node.fid, request_mask=wire.GETATTR_ALL)))
+    @operation
+    def link(self, inode: int, new_parent_inode: int, new_name: bytes, ctx: Context) -> Entry:
+        node, parent = self.node(inode), self.node(new_parent_inode)
+        self.session.rpc(Tlink(dfid=parent.fid, fid=node.fid, name=os.fsdecode(new_name)))
+        node.lookups += 1
+        return self.entry(node, self.session.rpc(Tgetattr(fid=node.fid, request_mask=wire.GETATTR_ALL)))
 
-        return self.call(link)
+    @operation
+    def unlink(self, parent_inode: int, name: bytes, ctx: Context) -> None:
+        self.session.rpc(Tunlinkat(dirfd=self.node(parent_inode).fid, name=os.fsdecode(name), flags=0))
 
-    async def unlink(self, parent_inode: int, name: bytes, ctx: Any) -> None:
-        self.call(
-            lambda: self.session.rpc(Tunlinkat(dirfd=self.node(parent_inode).fid, name=os.fsdecode(name), flags=0))
-        )
+    @operation
+    def rmdir(self, parent_inode: int, name: bytes, ctx: Context) -> None:
+        self.session.rpc(Tunlinkat(dirfd=self.node(parent_inode).fid, name=os.fsdecode(name), flags=wire.AT_REMOVEDIR))
 
-    async def rmdir(self, parent_inode: int, name: bytes, ctx: Any) -> None:
-        self.call(
-            lambda: self.session.rpc(
-                Tunlinkat(dirfd=self.node(parent_inode).fid, name=os.fsdecode(name), flags=wire.AT_REMOVEDIR)
-            )
-        )
-
-    async def rename(
-        self, parent_inode_old: int, name_old: bytes, parent_inode_new: int, name_new: bytes, flags: int, ctx: Any
+    @operation
+    def rename(
+        self, parent_inode_old: int, name_old: bytes, parent_inode_new: int, name_new: bytes, flags: int, ctx: Context
     ) -> None:
         if flags:  # RENAME_NOREPLACE, RENAME_EXCHANGE: 9P has no way to ask; v9fs answers the same
             raise pyfuse3.FUSEError(errno.EINVAL)
-
-        def rename() -> None:
-            old, new = self.node(parent_inode_old), self.node(parent_inode_new)
-            old_name, new_name = os.fsdecode(name_old), os.fsdecode(name_new)
-            self.session.rpc(Trenameat(olddirfid=old.fid, oldname=old_name, newdirfid=new.fid, newname=new_name))
-            for node in self.nodes.values():  # paths of the fids walked later; the server moves ours
-                if node.parent == old.ino and node.name == old_name:
-                    node.parent, node.name = new.ino, new_name
-
-        self.call(rename)
+        old, new = self.node(parent_inode_old), self.node(parent_inode_new)
+        old_name, new_name = os.fsdecode(name_old), os.fsdecode(name_new)
+        self.session.rpc(Trenameat(olddirfid=old.fid, oldname=old_name, newdirfid=new.fid, newname=new_name))
+        for node in self.nodes.values():  # paths of the fids walked later; the server moves ours
+            if node.parent == old.ino and node.name == old_name:
+                node.parent, node.name = new.ino, new_name
 
     # -- files ------------------------------------------------------------------------------------
 
@@ -369,57 +376,48 @@ class Bridge(pyfuse3.Operations):
             raise
         return self.new_handle(fid, inode, reply.iounit, uid)
 
-    async def open(self, inode: int, flags: int, ctx: Any) -> pyfuse3.FileInfo:
-        return self.call(
-            lambda: pyfuse3.FileInfo(fh=self.opened(inode, flags & ~KERNEL_ONLY_FLAGS, ctx.uid), direct_io=True)
-        )
+    @operation
+    def open(self, inode: int, flags: int, ctx: Context) -> pyfuse3.FileInfo:
+        return pyfuse3.FileInfo(fh=self.opened(inode, flags & ~KERNEL_ONLY_FLAGS, ctx.uid), direct_io=True)
 
-    async def create(
-        self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: Any
-    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
-        def create() -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
-            parent, text = self.node(parent_inode), os.fsdecode(name)
-            gid, _ = self.create_gid(parent, ctx)
-            fid = self.walk(self.creating_fid(parent, ctx.uid), [])
-            try:
-                request = Tlcreate(
-                    fid=fid, name=text, flags=flags & ~KERNEL_ONLY_FLAGS, mode=mode & ~ctx.umask, gid=gid
-                )
-                reply = self.session.rpc(request)
-            except BaseException:
-                self.clunk(fid)
-                raise
-            entry = self.looked_up(parent, text)
-            return pyfuse3.FileInfo(fh=self.new_handle(fid, entry.st_ino, reply.iounit, ctx.uid), direct_io=True), entry
+    @operation
+    def create(
+        self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: Context
+    ) -> tuple[pyfuse3.FileInfo, Entry]:
+        parent, text = self.node(parent_inode), os.fsdecode(name)
+        gid, _ = self.create_gid(parent, ctx)
+        fid = self.walk(self.creating_fid(parent, ctx.uid), [])
+        try:
+            request = Tlcreate(fid=fid, name=text, flags=flags & ~KERNEL_ONLY_FLAGS, mode=mode & ~ctx.umask, gid=gid)
+            reply = self.session.rpc(request)
+        except BaseException:
+            self.clunk(fid)
+            raise
+        entry = self.looked_up(parent, text)
+        return pyfuse3.FileInfo(fh=self.new_handle(fid, entry.st_ino, reply.iounit, ctx.uid), direct_io=True), entry
 
-        return self.call(create)
+    @operation
+    def read(self, fh: int, off: int, size: int) -> bytes:
+        handle, data = self.handle(fh), bytearray()
+        while len(data) < size:
+            count = min(size - len(data), handle.chunk)
+            got = self.session.read(handle.fid, off + len(data), count).data
+            data += got
+            if len(got) < count:
+                break
+        return bytes(data)
 
-    async def read(self, fh: int, off: int, size: int) -> bytes:
-        def read() -> bytes:
-            handle, data = self.handle(fh), bytearray()
-            while len(data) < size:
-                count = min(size - len(data), handle.chunk)
-                got = self.session.read(handle.fid, off + len(data), count).data
-                data += got
-                if len(got) < count:
-                    break
-            return bytes(data)
-
-        return self.call(read)
-
-    async def write(self, fh: int, off: int, buf: bytes) -> int:
-        def write() -> int:
-            handle, done = self.handle(fh), 0
-            if handle.uid != 0:
-                self.drop_privileges(handle)
-            while done < len(buf):
-                wrote = self.session.write(handle.fid, off + done, buf[done : done + handle.chunk]).count
-                if wrote == 0:
-                    break
-                done += wrote
-            return done
-
-        return self.call(write)
+    @operation
+    def write(self, fh: int, off: int, buf: bytes) -> int:
+        handle, done = self.handle(fh), 0
+        if handle.uid != 0:
+            self.drop_privileges(handle)
+        while done < len(buf):
+            wrote = self.session.write(handle.fid, off + done, buf[done : done + handle.chunk]).count
+            if wrote == 0:
+                break
+            done += wrote
+        return done
 
     def drop_privileges(self, handle: Handle) -> None:
         """What the kernel's file_remove_privs does before a write by someone without CAP_FSETID:
@@ -432,36 +430,38 @@ class Bridge(pyfuse3.Operations):
     async def flush(self, fh: int) -> None:
         return None  # v9fs sends nothing on close(2) but the last one's Tclunk
 
-    async def release(self, fh: int) -> None:
-        self.call(lambda: self.clunk(self.handles.pop(fh).fid) if fh in self.handles else None)
+    @operation
+    def release(self, fh: int) -> None:
+        if fh in self.handles:
+            self.clunk(self.handles.pop(fh).fid)
 
-    async def fsync(self, fh: int, datasync: bool) -> None:
-        self.call(lambda: self.session.rpc(Tfsync(fid=self.handle(fh).fid, datasync=int(datasync))))
+    @operation
+    def fsync(self, fh: int, datasync: bool) -> None:
+        self.session.rpc(Tfsync(fid=self.handle(fh).fid, datasync=int(datasync)))
 
     # -- directories ------------------------------------------------------------------------------
 
-    async def opendir(self, inode: int, ctx: Any) -> int:
-        return self.call(lambda: self.opened(inode, os.O_RDONLY, ctx.uid))
+    @operation
+    def opendir(self, inode: int, ctx: Context) -> int:
+        return self.opened(inode, os.O_RDONLY, ctx.uid)
 
-    async def readdir(self, fh: int, start_id: int, token: Any) -> None:
-        def readdir() -> None:
-            handle, offset = self.handle(fh), start_id
-            count = self.session.msize - wire.READDIRHDRSZ
-            while True:
-                entries = self.session.rpc(Treaddir(fid=handle.fid, offset=offset, count=count)).entries
-                if not entries:
+    @operation
+    def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
+        handle, offset = self.handle(fh), start_id
+        count = self.session.msize - wire.READDIRHDRSZ
+        while True:
+            entries = self.session.rpc(Treaddir(fid=handle.fid, offset=offset, count=count)).entries
+            if not entries:
+                return
+            for dirent in entries:
+                if not self.reply_entry(handle, dirent, token):
                     return
-                for dirent in entries:
-                    if not self.reply_entry(handle, dirent, token):
-                        return
-                    offset = dirent.offset
+                offset = dirent.offset
 
-        self.call(readdir)
-
-    def reply_entry(self, handle: Handle, dirent: Any, token: Any) -> bool:
+    def reply_entry(self, handle: Handle, dirent: Dirent, token: pyfuse3.ReaddirToken) -> bool:
         """One entry to the kernel (readdirplus: with its attributes, walked as a lookup would)."""
         if dirent.name in (".", ".."):
-            entry = pyfuse3.EntryAttributes()
+            entry = Entry()
             entry.st_ino = self.inos.get(dirent.qid.path, pyfuse3.ROOT_INODE)
             entry.st_mode = stat.S_IFDIR
             return bool(pyfuse3.readdir_reply(token, os.fsencode(dirent.name), entry, dirent.offset))
@@ -478,23 +478,20 @@ class Bridge(pyfuse3.Operations):
         node.lookups += 1
         return True
 
-    async def releasedir(self, fh: int) -> None:
-        await self.release(fh)
+    releasedir = release  # a listing's handle is a Tlopen'ed clone like a file's
 
     async def fsyncdir(self, fh: int, datasync: bool) -> None:
         return None
 
-    async def statfs(self, ctx: Any) -> pyfuse3.StatvfsData:
-        def statfs() -> pyfuse3.StatvfsData:
-            reply = self.session.rpc(Tstatfs(fid=self.node(pyfuse3.ROOT_INODE).fid))
-            data = pyfuse3.StatvfsData()
-            data.f_bsize = data.f_frsize = reply.bsize
-            data.f_blocks, data.f_bfree, data.f_bavail = reply.blocks, reply.bfree, reply.bavail
-            data.f_files, data.f_ffree, data.f_favail = reply.files, reply.ffree, reply.ffree
-            data.f_namemax = reply.namelen
-            return data
-
-        return self.call(statfs)
+    @operation
+    def statfs(self, ctx: Context) -> pyfuse3.StatvfsData:
+        reply = self.session.rpc(Tstatfs(fid=self.node(pyfuse3.ROOT_INODE).fid))
+        data = pyfuse3.StatvfsData()
+        data.f_bsize = data.f_frsize = reply.bsize
+        data.f_blocks, data.f_bfree, data.f_bavail = reply.blocks, reply.bfree, reply.bavail
+        data.f_files, data.f_ffree, data.f_favail = reply.files, reply.ffree, reply.ffree
+        data.f_namemax = reply.namelen
+        return data
 
     # -- extended attributes ------------------------------------------------------------------------
 
@@ -521,20 +518,24 @@ class Bridge(pyfuse3.Operations):
         finally:
             self.clunk(fid)  # the clunk sets (or removes) the attribute: its error is the call's
 
-    async def getxattr(self, inode: int, name: bytes, ctx: Any) -> bytes:
-        return self.call(lambda: self.xattr_read(inode, os.fsdecode(name)))
+    @operation
+    def getxattr(self, inode: int, name: bytes, ctx: Context) -> bytes:
+        return self.xattr_read(inode, os.fsdecode(name))
 
-    async def listxattr(self, inode: int, ctx: Any) -> list[bytes]:
-        return self.call(lambda: [n for n in self.xattr_read(inode, "").split(b"\0") if n])
+    @operation
+    def listxattr(self, inode: int, ctx: Context) -> list[bytes]:
+        return [n for n in self.xattr_read(inode, "").split(b"\0") if n]
 
-    async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: Any) -> None:
-        self.call(lambda: self.xattr_write(inode, os.fsdecode(name), value, 0))
+    @operation
+    def setxattr(self, inode: int, name: bytes, value: bytes, ctx: Context) -> None:
+        self.xattr_write(inode, os.fsdecode(name), value, 0)
 
-    async def removexattr(self, inode: int, name: bytes, ctx: Any) -> None:
-        self.call(lambda: self.xattr_write(inode, os.fsdecode(name), b"", XATTR_REPLACE))
+    @operation
+    def removexattr(self, inode: int, name: bytes, ctx: Context) -> None:
+        self.xattr_write(inode, os.fsdecode(name), b"", XATTR_REPLACE)
 
 
-def setattr_request(fid: int, attr: Any, fields: Any) -> Tsetattr:
+def setattr_request(fid: int, attr: Entry, fields: pyfuse3.SetattrFields) -> Tsetattr:
     """The Tsetattr v9fs would send for FUSE's ``fields``; a time is always the given one
     (pyfuse3 turns the kernel's "now" into its own clock before we see it)."""
     valid = 0
@@ -552,7 +553,7 @@ def setattr_request(fid: int, attr: Any, fields: Any) -> Tsetattr:
     return Tsetattr(fid=fid, valid=valid, **values)
 
 
-def _setattr_fields(attr: Any, fields: Any) -> Iterator[tuple[bool, int, str, int]]:
+def _setattr_fields(attr: Entry, fields: pyfuse3.SetattrFields) -> Iterator[tuple[bool, int, str, int]]:
     yield fields.update_mode, wire.SETATTR_MODE, "mode", attr.st_mode if fields.update_mode else 0
     yield fields.update_uid, wire.SETATTR_UID, "uid", attr.st_uid if fields.update_uid else 0
     yield fields.update_gid, wire.SETATTR_GID, "gid", attr.st_gid if fields.update_gid else 0

@@ -58,13 +58,66 @@ class MountOptions:
     trace_limit: int | None = None
 
 
+class StopSignals:
+    """How the mount answers its stop signals (:data:`STOP_SIGNALS`), one named phase after another:
+
+    * :meth:`setting_up`: each raises KeyboardInterrupt (SIGINT's Python default, SIGTERM and SIGHUP
+      made alike), undoing what is done so far;
+    * :meth:`starting`: trio is starting; a stop is only noted. Raised as KeyboardInterrupt inside
+      trio's start-up it made trio fail with TrioInternalError (exit 1; a SIGTERM at once after the
+      banner met it under load);
+    * :meth:`serving` (a trio task): trio receives them; the banner, then the first stop, or one noted
+      while starting, cancels the mount;
+    * :meth:`cleaning_up`: ignored, so that a second Ctrl-C or a forwarded SIGTERM cannot cut the
+      unmount short and leave the mount behind."""
+
+    def __init__(self) -> None:
+        self.noted: list[int] = []
+
+    def setting_up(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _interrupt)
+
+    def starting(self) -> None:
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, lambda signum, frame: self.noted.append(signum))
+
+    async def serving(self, cancel_scope: Any, banner: str) -> None:
+        import trio
+
+        with trio.open_signal_receiver(*STOP_SIGNALS) as received:
+            print(banner, flush=True)  # what users and the fixture wait for: a stop from now on is clean
+            async for signum in self._noted_then(received):  # the first stops the mount; a later one, the same
+                print(f"{signal.Signals(signum).name}: unmounting", file=sys.stderr, flush=True)
+                cancel_scope.cancel()
+
+    async def _noted_then(self, received: AsyncIterator[int]) -> AsyncIterator[int]:
+        for signum in self.noted:
+            yield signum
+        async for signum in received:
+            yield signum
+
+    def cleaning_up(self) -> None:
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
+
+
+@dataclass
+class Outcome:
+    """How the mount ended, set from the bridge and from the task watching QEMU: None while it serves."""
+
+    failure: BaseException | None = None
+
+    def fail(self, err: BaseException) -> None:
+        if self.failure is None:
+            self.failure = err
+
+
 def run(options: MountOptions) -> int:
     require_fuse()
     logging.basicConfig(format="mount: %(levelname)s: %(message)s")
-    # before the mount is up, SIGTERM and SIGHUP act as Ctrl-C (whose KeyboardInterrupt is Python's
-    # default), undoing what is done
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _interrupt)
+    stops = StopSignals()
+    stops.setting_up()
     mountpoint = options.mountpoint.resolve()
     if not mountpoint.is_dir():
         raise HarnessMisuse(f"{mountpoint} is not a directory")
@@ -74,13 +127,13 @@ def run(options: MountOptions) -> int:
     # whatever ends this process
     rundir = Path(tempfile.mkdtemp(prefix="v9p-mount-"))
     try:
-        return _run(options, mountpoint, rundir)
+        return _run(options, mountpoint, rundir, stops)
     except KeyboardInterrupt as stop:
         print(f"{stop or 'SIGINT'} before the mount was up: stopped", file=sys.stderr)
         return INTERRUPTED
 
 
-def _run(options: MountOptions, mountpoint: Path, rundir: Path) -> int:
+def _run(options: MountOptions, mountpoint: Path, rundir: Path, stops: StopSignals) -> int:
     with _watcher(mountpoint, rundir), _export(options, rundir) as fs:
         before = _export_header(fs)
         config, probe = usable_config(options.binary, fs)
@@ -90,7 +143,7 @@ def _run(options: MountOptions, mountpoint: Path, rundir: Path) -> int:
                 session.history = collections.deque(session.history, maxlen=options.trace_limit)
                 options.trace_dir.mkdir(parents=True, exist_ok=True)
             try:
-                return _serve(machine, session, mountpoint, options, probe.version)
+                return _serve(machine, session, mountpoint, options, probe.version, stops)
             finally:
                 if options.trace_dir:
                     _write_trace(options, config, session, {"qemu-version": probe.version, **before})
@@ -129,15 +182,17 @@ def _watcher(mountpoint: Path, rundir: Path) -> Iterator[None]:
             watcher.wait(timeout=40)
 
 
-def _serve(machine: Machine, session: Session, mountpoint: Path, options: MountOptions, version: str) -> int:
+def _serve(
+    machine: Machine, session: Session, mountpoint: Path, options: MountOptions, version: str, stops: StopSignals
+) -> int:
     import pyfuse3
     import trio
 
     from harness.fuse.bridge import Bridge
 
-    failure: list[BaseException] = []
+    outcome = Outcome()
     session.version(options.msize)
-    bridge = Bridge(session, failure.append)
+    bridge = Bridge(session, outcome.fail)
     bridge.attach_root()
     fuse_options = set(pyfuse3.default_options) | {"allow_other", "fsname=v9p-harness", "subtype=9p"}
     pyfuse3.init(bridge, str(mountpoint), fuse_options)
@@ -145,18 +200,15 @@ def _serve(machine: Machine, session: Session, mountpoint: Path, options: MountO
               f"{', ' + options.security_model if options.backend == 'local' else ''}, msize {session.msize}) "
               f"on {mountpoint}; pid {os.getpid()}, QEMU pid {machine.pid}")  # fmt: skip
     try:
-        early = _kept_for_trio()
-        trio.run(_main, machine, failure, banner, early)
+        stops.starting()
+        trio.run(_main, machine, outcome, banner, stops)
     except KeyboardInterrupt:  # a second Ctrl-C while the first was being acted on: the same request
         pass
     finally:
-        # from here on, cleaning up: a second Ctrl-C or SIGTERM (a terminal's, a supervisor's
-        # forwarded one) must not cut it short and leave the mount behind
-        for signum in STOP_SIGNALS:
-            signal.signal(signum, signal.SIG_IGN)
+        stops.cleaning_up()
         pyfuse3.close(unmount=True)
-    if failure:
-        print(f"error: the mount ended: {failure[0]}", file=sys.stderr)
+    if outcome.failure is not None:
+        print(f"error: the mount ended: {outcome.failure}", file=sys.stderr)
         return FAILED
     if bridge.defects:
         print(f"error: the bridge failed {bridge.defects} requests itself (above: 'bridge defect')", file=sys.stderr)
@@ -168,36 +220,7 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def _kept_for_trio() -> list[int]:
-    """From here until :func:`_stop_on_signal` listens, a stop signal is only noted, in the list
-    returned. Raised as KeyboardInterrupt it would land inside trio's start-up, which then fails
-    with TrioInternalError (exit 1, a SIGTERM at once after the banner met it under load)."""
-    early: list[int] = []
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, lambda signum, frame: early.append(signum))
-    return early
-
-
-async def _stop_on_signal(cancel_scope: Any, banner: str, early: list[int]) -> None:
-    """Print the banner once every stop signal comes here, then cancel ``cancel_scope`` at the first
-    one, or at once for one that came while trio started (``early``)."""
-    import trio
-
-    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
-        print(banner, flush=True)  # what users and the fixture wait for: a stop from now on is clean
-        async for signum in _early_then(early, signals):  # the first stops the mount; a later one, the same
-            print(f"{signal.Signals(signum).name}: unmounting", file=sys.stderr, flush=True)
-            cancel_scope.cancel()
-
-
-async def _early_then(early: list[int], signals: AsyncIterator[int]) -> AsyncIterator[int]:
-    for signum in early:
-        yield signum
-    async for signum in signals:
-        yield signum
-
-
-async def _main(machine: Machine, failure: list[BaseException], banner: str, early: list[int]) -> None:
+async def _main(machine: Machine, outcome: Outcome, banner: str, stops: StopSignals) -> None:
     import pyfuse3
     import trio
 
@@ -205,14 +228,13 @@ async def _main(machine: Machine, failure: list[BaseException], banner: str, ear
         nursery.start_soon(pyfuse3.main)
 
         async def watch_qemu() -> None:
-            while machine.is_running() and not failure:
+            while machine.is_running() and outcome.failure is None:
                 await trio.sleep(QEMU_CHECK)
-            if not failure:
-                failure.append(HarnessError(f"QEMU exited ({machine.exit_status})"))
+            outcome.fail(HarnessError(f"QEMU exited ({machine.exit_status})"))
             nursery.cancel_scope.cancel()
 
         nursery.start_soon(watch_qemu)
-        nursery.start_soon(_stop_on_signal, nursery.cancel_scope, banner, early)
+        nursery.start_soon(stops.serving, nursery.cancel_scope, banner)
 
 
 def _export_header(fs: SynthFs | LocalFs) -> dict[str, str]:
