@@ -16,7 +16,7 @@ import pytest
 
 from fixtures.devices import QemuUnderTest
 from harness.errors import GuestMemoryError, HarnessMisuse
-from harness.p9.load import keep_in_flight
+from harness.p9.fixed_chains import keep_in_flight
 from harness.p9.messages import Tgetattr
 from harness.qemu import machine
 from harness.qemu.machine import Machine, MachineConfig, SynthFs

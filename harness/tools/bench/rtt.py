@@ -13,8 +13,8 @@ from typing import Any
 
 from harness.p9 import wire
 from harness.p9.channel import ChainLayout
-from harness.p9.load import REPLY_CAPACITY as LOAD_REPLY
-from harness.p9.load import keep_in_flight
+from harness.p9.fixed_chains import REPLY_CAPACITY as LOAD_REPLY
+from harness.p9.fixed_chains import keep_in_flight
 from harness.p9.messages import Tclunk, Tgetattr, Tmkdir, Treaddir, Tstatfs, Tunlinkat, Twalk
 from harness.p9.session import Pending, Session
 from harness.p9.wire import TMessage

@@ -1,12 +1,12 @@
-"""A load generator: one 9P request kept ``depth`` times in flight, for benchmarks that measure
-the server, not the harness.
-
-The session path costs the harness tens of microseconds per request (encoding, decoding, the
-trace, fid tracking), more than QEMU spends on a Tgetattr. Here each of ``depth`` slots holds the
-request's frame, with its own tag, and a reply buffer in guest memory, written once, and the
-idle request queue is lent to it (:class:`~harness.virtio.virtqueue.Lease`): a completed slot
-goes back on the ring by one avail entry, and a batch costs one notify. Every reply is still
-checked: its size, type and tag from its header; every ``DECODE_EVERY``-th one is decoded whole.
+"""Fixed chains: the channel's second way onto the ring, for load. One 9P request is kept ``depth``
+times in flight in chains that stay put: each slot's frame (its own tag) and reply buffer are
+written into guest memory once, the idle request queue is lent to them
+(:class:`~harness.virtio.virtqueue.Lease`), and a completed chain goes back on the ring as one avail
+entry, a batch of them for one notify. No session is involved: the benchmarks use it to measure the
+server rather than the harness, whose session path costs tens of microseconds per request
+(encoding, decoding, the trace, fid tracking), more than QEMU spends on a Tgetattr. Every reply
+is still checked: its size, type and tag from its header, and every ``DECODE_EVERY``-th one decoded
+whole.
 """
 
 from __future__ import annotations
