@@ -53,9 +53,9 @@ QTEST_SLEEP_SECONDS = 200e-6
 SERVER_SLOTS = 128
 #: How often a silent wait checks the device status for DEVICE_NEEDS_RESET: first after
 #: FIRST_HEALTH_CHECK, then twice as long each time, up to HEALTH_CHECK_INTERVAL. A frame the
-#: device refuses (virtio_error: no reply, ever) is seen in ~4 ms, not 50: that was most of the
-#: malformed-frame cases' time, idle. A reply slower than 4 ms pays one status read (a qtest round
-#: trip) and no more than one per doubling after it.
+#: device refuses (virtio_error: no reply, ever) is seen after FIRST_HEALTH_CHECK rather than a whole
+#: interval: idle waits were most of the malformed-frame cases' time. A slower reply pays one status
+#: read (a qtest round trip) and no more than one per doubling after it.
 FIRST_HEALTH_CHECK = 0.004
 HEALTH_CHECK_INTERVAL = 0.05
 

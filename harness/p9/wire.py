@@ -146,8 +146,8 @@ def role(message: type, field: str) -> Role | None:
 class _Layout:
     """How a declared class maps to construct: its body, and the converters between construct's
     containers and the class (identity for plain fields, nested for records and lists of them).
-    The converters are written out when first used: most processes use a handful of the 59
-    messages, and writing out all of them cost ~10 ms of every process's start."""
+    The converters are written out when first used: most processes use a handful of the
+    messages, and none pays at start for the rest."""
 
     def __init__(
         self, cls: type, body: Construct, fields: tuple[str, ...], decoders: Converters, encoders: Converters
@@ -408,7 +408,7 @@ def message(type_number: int, *, dialect: str | None = None) -> Callable[[type[_
     The class becomes a frozen value with an ``__init__`` of its fields (defaults allowed),
     equality and a ``Twalk(fid=1, ...)`` repr, as ``@dataclass(frozen=True)`` would make it; mypy
     sees it so (PEP 681). Written here rather than by dataclasses: its per-class code generation
-    cost ~35 ms of every pytest process's start for the 59 messages, this ~5 ms."""
+    made every pytest process's start several times slower for the whole message table."""
 
     def register(cls: type[_MessageT]) -> type[_MessageT]:
         name = cls.__name__

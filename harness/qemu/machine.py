@@ -408,8 +408,8 @@ class Machine:
 
     def spawn(self) -> None:
         """The first half of :meth:`launch`: start the QEMU process, listening for its qtest and
-        QMP connections. Spawning several machines before connecting any lets their start-ups
-        (~15 ms of QEMU's own initialisation each) run side by side."""
+        QMP connections. Spawning several machines before connecting any lets their start-ups (QEMU's
+        own initialisation) run side by side."""
         with self._abandoned_on_failure():
             self._spawn()
 
@@ -732,7 +732,7 @@ class Machine:
         # as a guest's GPE handler does: read which slots are to go (PCI_DOWN), then eject; an eject
         # written before QEMU has marked the slot down is ignored
         # every qtest wait ends by the deadline too: a QEMU wedged in the unplug (a known bug) is
-        # not given the connection's whole timeout on top of this one (it was, 11 s a case)
+        # not given the connection's whole timeout on top of this one
         with self.qtest.timeout_at_most(timeout):
             while not self.qtest.inl(ACPI_PCIHP_DOWN) & (1 << slot):
                 if time.monotonic() > deadline:

@@ -100,8 +100,8 @@ def _io_run(io: IoPath, export: Path, size: int, msize: int) -> Row:
     session, channel, driver = io.conn.session, io.conn.channel, io.conn.driver
     # What the transfers use: the msize asked for, capped, as Linux's client caps it, to what a
     # chain of pages can carry, then to what the server grants. Sized from the msize asked for,
-    # payloads went past 10.0.13's grant, and on 7.2.22, which grants 8 MiB, a chain of 8 MiB in
-    # pages was longer than QEMU maps: either stopped the device.
+    # payloads could exceed the server's grant, or (7.2 grants 8 MiB) make a chain of pages longer
+    # than QEMU maps: either stops the device.
     offered = min(msize, VIRTIO_MSIZE_LIMIT) if io.paged else msize
     used = min(offered, session.version(offered).msize)
     session.attach(0)
@@ -190,7 +190,7 @@ def _io_read(io: IoPath, fid: int, offset: int, length: int, sink: int) -> float
 def _lay_out(path: Path, size: int) -> None:
     """Write the file once on the host, untimed, as fio lays out its files: the timed Twrites then
     overwrite pages the host's page cache already holds, and measure the server, not the host's
-    page allocation (which made a 4 MiB write 0.5-2.7 GB/s from run to run)."""
+    page allocation (which varied a write's rate severalfold from run to run)."""
     zeros = bytes(8 << 20)
     with path.open("r+b") as file:
         for offset in range(0, size, len(zeros)):
