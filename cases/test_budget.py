@@ -28,7 +28,7 @@ from harness.p9 import wire
 from harness.p9.messages import Rlerror, Rreaddir, Tclunk, Tlopen, Treaddir, Twalk, Txattrcreate
 from harness.p9.session import Session
 from harness.qemu import versions
-from harness.qemu.machine import Resources
+from harness.qemu.config import Resources
 
 KIB = 1024
 SLACK_KIB = 24 * KIB

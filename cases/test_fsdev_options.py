@@ -15,7 +15,8 @@ from fixtures.case_path import case_path
 from fixtures.devices import QemuUnderTest
 from fixtures.place import Place
 from harness.errors import QEMUStartError
-from harness.qemu.machine import Machine, MachineConfig, SynthFs
+from harness.qemu.config import MachineConfig, SynthFs
+from harness.qemu.machine import Machine
 
 #: the -fsdev options (path is the case's own directory where given) -> what QEMU says
 REFUSED = {

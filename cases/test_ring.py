@@ -21,7 +21,7 @@ from harness.p9 import wire
 from harness.p9.channel import SIMPLE, ChainLayout
 from harness.p9.messages import Rflush, Rgetattr, Rwrite, Tflush, Tgetattr, Twrite
 from harness.p9.session import Pending, Session
-from harness.qemu.machine import MachineConfig
+from harness.qemu.config import MachineConfig
 from harness.virtio.driver import DEFAULT_FEATURES
 from harness.virtio.virtio_pci import F_RING_EVENT_IDX
 

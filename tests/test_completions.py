@@ -16,7 +16,7 @@ from harness.p9.messages import Rflush, Tclunk, Tflush, Tgetattr, Tstatfs, Twalk
 from harness.p9.session import Pending
 from harness.p9.wire import TMessage
 from harness.qemu import provision
-from harness.qemu.machine import SynthFs
+from harness.qemu.config import SynthFs
 from harness.tools.connect import connect
 
 SEED = 2026

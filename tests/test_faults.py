@@ -23,7 +23,8 @@ from harness.p9.channel import Channel
 from harness.p9.messages import Tattach, Twrite
 from harness.p9.session import Session
 from harness.qemu import versions
-from harness.qemu.machine import LocalFs, Machine, MachineConfig
+from harness.qemu.config import LocalFs, MachineConfig
+from harness.qemu.machine import Machine
 from harness.virtio.driver import Driver
 from tests.subrun import run_pytest, shm_files
 

@@ -18,8 +18,9 @@ from fixtures.devices import QemuUnderTest
 from harness.errors import GuestMemoryError, HarnessMisuse
 from harness.p9.fixed_chains import keep_in_flight
 from harness.p9.messages import Tgetattr
-from harness.qemu import machine
-from harness.qemu.machine import Machine, MachineConfig, SynthFs
+from harness.qemu import config as qemu_config
+from harness.qemu.config import MachineConfig, SynthFs
+from harness.qemu.machine import Machine
 from harness.qemu.provision import usable_config
 from harness.qemu.qemu_suite import QEMU_72_CASES
 from harness.tools.connect import connect
@@ -39,23 +40,23 @@ def no_memfd(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     def refuse(name: str, flags: int = 0) -> int:
         raise OSError(errno.ENOSYS, "Function not implemented")
 
-    machine.shared_ram_problem.cache_clear()
+    qemu_config.shared_ram_problem.cache_clear()
     monkeypatch.setattr(os, "memfd_create", refuse)
     yield
     monkeypatch.undo()
-    machine.shared_ram_problem.cache_clear()
+    qemu_config.shared_ram_problem.cache_clear()
 
 
 def test_shared_is_the_default_where_the_host_allows(qemu_under_test: QemuUnderTest) -> None:
-    assert machine.guest_memory("shared") == ("shared", "")
+    assert qemu_config.guest_memory("shared") == ("shared", "")
     assert usable_config(qemu_under_test.binary)[0].guest_memory == "shared"
-    assert machine.guest_memory("qtest") == ("qtest", "")
+    assert qemu_config.guest_memory("qtest") == ("qtest", "")
 
 
 def test_no_shared_ram_is_one_message_and_the_qtest_path(
     no_memfd: None, qemu_under_test: QemuUnderTest, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    mode, note = machine.guest_memory("shared")
+    mode, note = qemu_config.guest_memory("shared")
     assert mode == "qtest"
     assert note == "guest memory: qtest, not shared (memfd_create: [Errno 38] Function not implemented)"
     for _ in range(3):  # a tool configures several machines: the note is said once
@@ -123,14 +124,14 @@ def test_qemus_27_cases_on_the_qtest_path(qemu_under_test: QemuUnderTest) -> Non
 def test_the_asked_path_reaches_every_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """$V9P_GUEST_MEMORY (what ``python -m harness --guest-memory`` sets) is every machine's default,
     and the pytest option's default reads the same variable."""
-    monkeypatch.setenv(machine.GUEST_MEMORY_ENV, "qtest")
+    monkeypatch.setenv(qemu_config.GUEST_MEMORY_ENV, "qtest")
     assert MachineConfig(binary=Path("/q")).guest_memory == "qtest"
-    monkeypatch.setenv(machine.GUEST_MEMORY_ENV, "shared")
+    monkeypatch.setenv(qemu_config.GUEST_MEMORY_ENV, "shared")
     assert MachineConfig(binary=Path("/q")).guest_memory == "shared"
-    monkeypatch.setenv(machine.GUEST_MEMORY_ENV, "both")
+    monkeypatch.setenv(qemu_config.GUEST_MEMORY_ENV, "both")
     with pytest.raises(HarnessMisuse, match="shared or qtest"):
         MachineConfig(binary=Path("/q"))
-    assert f'os.environ.get("{machine.GUEST_MEMORY_ENV}", "shared")' in (PROJECT / "fixtures/plugin.py").read_text()
+    assert f'os.environ.get("{qemu_config.GUEST_MEMORY_ENV}", "shared")' in (PROJECT / "fixtures/plugin.py").read_text()
 
 
 def test_ring_indices_move_whole(qemu_under_test: QemuUnderTest) -> None:

@@ -15,8 +15,9 @@ import pytest
 from fixtures.devices import QemuUnderTest
 from harness.p9.channel import Channel
 from harness.p9.session import Session
-from harness.qemu import machine
-from harness.qemu.machine import LocalFs, Machine, MachineConfig
+from harness.qemu import machine, sanitizers
+from harness.qemu.config import LocalFs, MachineConfig
+from harness.qemu.machine import Machine
 from harness.virtio.driver import Driver
 from tests.subrun import run_pytest
 
@@ -211,20 +212,20 @@ def test_a_tsan_report_counts_when_9pfs_is_in_it() -> None:
     access to guest memory (the guest's part, ordered by the virtio ring), fail no 9p case; the
     first whose SUMMARY is in hw/9pfs/ or fsdev/ is the case's, from its WARNING line to its
     SUMMARY line."""
-    assert machine.sanitizer_report(TSAN_CORE) is None
-    assert "v9fs_walk" in TSAN_CORE_CALLED_BY_9P and machine.sanitizer_report(TSAN_CORE_CALLED_BY_9P) is None
-    assert machine.sanitizer_report(TSAN_GUEST) is None
-    found = machine.sanitizer_report("boot\n" + TSAN_CORE + TSAN_9P + TSAN_CORE)
+    assert sanitizers.sanitizer_report(TSAN_CORE) is None
+    assert "v9fs_walk" in TSAN_CORE_CALLED_BY_9P and sanitizers.sanitizer_report(TSAN_CORE_CALLED_BY_9P) is None
+    assert sanitizers.sanitizer_report(TSAN_GUEST) is None
+    found = sanitizers.sanitizer_report("boot\n" + TSAN_CORE + TSAN_9P + TSAN_CORE)
     assert found is not None and found.startswith("WARNING: ThreadSanitizer: data race (pid=27271)")
     assert found.endswith("in v9fs_path_copy") and "util/async.c" not in found
 
 
 def test_sanitizer_reports_are_found_whole() -> None:
-    assert machine.sanitizer_report("9p: degraded performance\nQEMU quit\n") is None
-    asan = machine.sanitizer_report(ASAN)
+    assert sanitizers.sanitizer_report("9p: degraded performance\nQEMU quit\n") is None
+    asan = sanitizers.sanitizer_report(ASAN)
     assert asan is not None and asan.startswith("==4242==ERROR: AddressSanitizer: heap-use-after-free")
     assert asan.endswith("in v9fs_reset") and "#0 0x55d in v9fs_reset" in asan
-    ubsan = machine.sanitizer_report(UBSAN)
+    ubsan = sanitizers.sanitizer_report(UBSAN)
     assert ubsan is not None and ubsan.startswith("../hw/9pfs/9p.c:1290:23: runtime error: left shift")
 
 

@@ -205,10 +205,10 @@ def test_sanitizer_kinds_name_one_build_variant(tmp_path: Path) -> None:
 
 def test_a_tsan_build_gets_qemus_suppressions(tmp_path: Path) -> None:
     """QEMU runs with TSan's options, and the suppressions file its TSan build keeps beside it."""
-    from harness.qemu import machine
+    from harness.qemu import sanitizers
 
     binary = tmp_path / "qemu-system-x86_64"
-    assert "suppressions" not in machine.sanitizer_env(binary)["TSAN_OPTIONS"]
+    assert "suppressions" not in sanitizers.sanitizer_env(binary)["TSAN_OPTIONS"]
     (tmp_path / "suppressions.tsan").write_text("race:pthread_mutex_init\n")
-    options = machine.sanitizer_env(binary)["TSAN_OPTIONS"]
+    options = sanitizers.sanitizer_env(binary)["TSAN_OPTIONS"]
     assert f"suppressions={tmp_path / 'suppressions.tsan'}" in options and "exitcode=0" in options

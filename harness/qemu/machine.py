@@ -16,7 +16,6 @@ import functools
 import logging
 import mmap
 import os
-import platform
 import re
 import shutil
 import signal
@@ -25,238 +24,33 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Literal
+from typing import IO, TYPE_CHECKING
 
 from harness.errors import HarnessMisuse, QEMUError, QEMUExited, QEMUStartError, QTestError, QTestTimeout
-from harness.qemu.build import TSAN_SUPPRESSIONS
+from harness.qemu.config import DEVICE_ID, MachineConfig, Resources
 from harness.qemu.qtest import QTest
+from harness.qemu.sanitizers import sanitizer_env
 
 if TYPE_CHECKING:
     from qemu.qmp.legacy import QEMUMonitorProtocol
 
 log = logging.getLogger(__name__)
 
-SecurityModel = Literal["mapped-xattr", "mapped-file", "passthrough", "none"]
-Accel = Literal["qtest", "tcg"]
 OUTPUT_TAIL_LINES = 20
-#: the qdev id of the virtio-9p device (for device_del)
-DEVICE_ID = "v9p0"
 #: the pc machine's ACPI PCI hotplug registers: slots to remove (ACPI_PCIHP_ADDR 0xae00 +
 #: PCI_DOWN_BASE 4) and eject (+ PCI_EJ_BASE 8)
 ACPI_PCIHP_DOWN, ACPI_PCIHP_EJECT = 0xAE04, 0xAE08
 QTEST_SOCKET, QMP_SOCKET = "qtest.sock", "qmp.sock"
-#: the memory backend of shared guest RAM
-RAM_ID = "v9p-ram"
-
-GuestMemoryMode = Literal["qtest", "shared"]
-
-
-@functools.cache
-def shared_ram_problem() -> str | None:
-    """Why guest RAM cannot be shared with QEMU on this host, or None: a memfd of one page,
-    sized and mapped, is tried once per process. The answer never changes while the process runs."""
-    if platform.machine() not in ("x86_64", "AMD64"):  # the ordering SharedRam relies on (x86 TSO)
-        return f"shared guest RAM is implemented for x86-64 hosts (its memory ordering), not {platform.machine()}"
-    try:
-        fd = os.memfd_create("v9p-probe")
-    except (OSError, AttributeError) as err:
-        return f"memfd_create: {err}"
-    try:
-        os.ftruncate(fd, mmap.PAGESIZE)
-        mmap.mmap(fd, mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE).close()
-    except OSError as err:
-        return f"a shared mapping of a memfd: {err}"
-    finally:
-        os.close(fd)
-    return None
-
-
-#: The guest-memory path asked for when nobody says (``python -m harness --guest-memory`` sets it,
-#: and the pytest option's default reads it): "shared" or "qtest".
-GUEST_MEMORY_ENV = "V9P_GUEST_MEMORY"
-
-
-def wanted_guest_memory() -> GuestMemoryMode:
-    """$V9P_GUEST_MEMORY, or "shared"."""
-    wanted = os.environ.get(GUEST_MEMORY_ENV, "shared")
-    if wanted not in ("shared", "qtest"):
-        raise HarnessMisuse(f"${GUEST_MEMORY_ENV} is {wanted!r}: shared or qtest")
-    return wanted  # type: ignore[return-value]
-
-
-def default_guest_memory() -> GuestMemoryMode:
-    """The path a machine gets unless told: the one asked for, where this host can give it."""
-    return guest_memory(wanted_guest_memory())[0]
-
-
-def guest_memory(wanted: GuestMemoryMode) -> tuple[GuestMemoryMode, str]:
-    """The guest-memory path to use when ``wanted`` is asked for, and a note when it is not the
-    one asked for (shared RAM unavailable here: the qtest path, said once by the caller)."""
-    problem = shared_ram_problem() if wanted == "shared" else None
-    if problem is None:
-        return wanted, ""
-    return "qtest", f"guest memory: qtest, not shared ({problem})"
-
-
 #: Lines QEMU prints on an orderly stop that say nothing about the case.
 BENIGN_OUTPUT = ("GLib: g_timer_elapsed: assertion 'timer != NULL' failed",)
-
-
-@dataclass(frozen=True)
-class SynthFs:
-    """QEMU's synthetic backend; under the qtest accelerator it holds the qtest test tree."""
-
-    extra: tuple[tuple[str, str], ...] = ()
-
-    kind = "synth"
-
-    def fsdev(self, fsdev_id: str) -> list[tuple[str, str]]:
-        return [("id", fsdev_id), *self.extra]
-
-
-#: the local backend's ways with an export spanning several host devices (fsdev multidevs=)
-Multidevs = Literal["warn", "remap", "forbid"]
-
-
-@dataclass(frozen=True)
-class LocalFs:
-    """The passthrough-to-host backend, exporting ``path``."""
-
-    path: Path
-    security_model: SecurityModel = "mapped-xattr"
-    multidevs: Multidevs | None = None
-    readonly: bool = False
-    extra: tuple[tuple[str, str], ...] = ()
-
-    kind = "local"
-
-    def fsdev(self, fsdev_id: str) -> list[tuple[str, str]]:
-        opts = [("id", fsdev_id), ("path", str(self.path)), ("security_model", self.security_model)]
-        if self.multidevs:
-            opts.append(("multidevs", self.multidevs))
-        if self.readonly:
-            opts.append(("readonly", "on"))
-        return opts + list(self.extra)
-
-
-FsConfig = SynthFs | LocalFs
-
-
-@dataclass(frozen=True)
-class Resources:
-    """A QEMU process's footprint at one moment (:meth:`Machine.resources`)."""
-
-    rss_kib: int
-    hwm_kib: int
-    fds: int
-    nofile: int
-    #: a sanitizer that pads every allocation runs in it (ASan, TSan: its runtime is mapped)
-    sanitized: bool = False
-    #: ThreadSanitizer runs in it: its history per thread and per coroutine (each a TSan fiber)
-    #: is megabytes that grow with what QEMU does, so QEMU's memory then measures TSan
-    tsan: bool = False
-
-
-@dataclass(frozen=True)
-class MachineConfig:
-    """Everything that goes into QEMU's argv.  Equal configs can share a QEMU process."""
-
-    binary: Path
-    fs: FsConfig = field(default_factory=SynthFs)
-    transport: Literal["modern", "legacy"] = "modern"
-    accel: Accel = "qtest"
-    mount_tag: str = "qtest"
-    machine_type: str = "pc"
-    ram_mib: int = 128
-    pci_addr: str = "04.0"
-    ioeventfd: bool | None = None
-    firmware_dirs: tuple[Path, ...] = (Path("/usr/share/seabios"), Path("/usr/share/qemu"))
-    extra_args: tuple[str, ...] = ()
-    #: QEMU's RLIMIT_NOFILE (soft and hard), None to inherit ours: 9pfs sizes its fd reclaim from it
-    nofile: int | None = None
-    #: "shared": guest RAM is a memfd the harness maps too (Machine.guest_ram); "qtest": every guest
-    #: memory access goes over the qtest socket. Callers choose with :func:`guest_memory`.
-    guest_memory: GuestMemoryMode = field(default_factory=default_guest_memory)
-
-    def device_opts(self) -> list[tuple[str, str]]:
-        opts = [("id", DEVICE_ID), ("fsdev", "fsdev0"), ("mount_tag", self.mount_tag), ("addr", self.pci_addr)]
-        if self.transport == "legacy":
-            opts.append(("disable-modern", "on"))
-        if self.ioeventfd is not None:
-            opts.append(("ioeventfd", "on" if self.ioeventfd else "off"))
-        return opts
-
-    def argv(self, qtest_socket: Path, qmp_socket: Path, ram_fd: int | None = None) -> list[str]:
-        """``ram_fd``: with guest_memory "shared", the memfd QEMU inherits as its RAM (opened again
-        through /proc/self/fd: a memory-backend-file every QEMU from 7.2 on takes, and no file
-        anywhere that could outlive the two processes)."""
-        argv = [str(self.binary)]
-        for directory in self.firmware_dirs:
-            argv += ["-L", str(directory)]
-        machine = self.machine_type
-        if self.guest_memory == "shared":
-            fd = "N" if ram_fd is None else str(ram_fd)
-            argv += [
-                "-object",
-                f"memory-backend-file,id={RAM_ID},size={self.ram_mib}M,mem-path=/proc/self/fd/{fd},share=on",
-            ]
-            machine += f",memory-backend={RAM_ID}"
-        argv += [
-            "-machine", machine,
-            "-m", f"{self.ram_mib}M",
-            "-display", "none",
-            "-nodefaults",
-            "-qtest", f"unix:{qtest_socket}",
-            "-qtest-log", "none",  # not "/dev/null": QEMU would still format every command and reply
-            # QMP as a client of our socket; not -chardev + -mon, which QEMU 11.1 deprecates
-            "-qmp", f"unix:{qmp_socket}",
-            "-fsdev", _options(self.fs.kind, self.fs.fsdev("fsdev0")),
-            "-device", _options("virtio-9p-pci", self.device_opts()),
-        ]  # fmt: skip
-        argv += ["-accel", "qtest"] if self.accel == "qtest" else ["-accel", "tcg", "-S"]
-        return argv + list(self.extra_args)
-
-
-def _options(driver: str, opts: list[tuple[str, str]]) -> str:
-    """QEMU's ``driver,key=value,...`` syntax; a comma inside a value is doubled."""
-    return ",".join([driver, *(f"{key}={value.replace(',', ',,')}" for key, value in opts)])
-
-
-#: Sanitizer settings for a QEMU built with ASan/UBSan (``qemu build --sanitize``), unless the
-#: user's environment sets its own: no leak report at exit (QEMU frees little on quit, and a leak
-#: report there belongs to no case), UBSan stack traces, and the report on stderr, where the
-#: harness reads it (sanitizer_report()).
-SANITIZER_ENV = {
-    "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:print_summary=1",
-    "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=0",
-}
-#: ThreadSanitizer (``--sanitize thread``), as QEMU's testing docs run it: no deadlock detector
-#: (QEMU's lock order is not one TSan models), more history for reports between worker threads,
-#: QEMU's exit status unchanged (a report fails the case it happened in, read from stderr like an
-#: ASan report), and QEMU's own suppressions of its known benign races where the build kept them.
-TSAN_OPTIONS = "detect_deadlocks=0:history_size=7:exitcode=0:halt_on_error=0"
-_SANITIZER_START = re.compile(
-    r"^(==\d+==ERROR: \w+Sanitizer|.*: runtime error: |WARNING: ThreadSanitizer: )", re.MULTILINE
-)
-_SANITIZER_SUMMARY = re.compile(r"^SUMMARY: \w+Sanitizer.*$", re.MULTILINE)
-
-
-def sanitizer_env(binary: Path) -> dict[str, str]:
-    """:data:`SANITIZER_ENV` and TSan's options for ``binary`` (its build's suppressions file)."""
-    suppressions = binary.parent / TSAN_SUPPRESSIONS
-    extra = f":suppressions={suppressions}" if suppressions.is_file() else ""
-    return {**SANITIZER_ENV, "TSAN_OPTIONS": TSAN_OPTIONS + extra}
-
 
 #: How long QEMU gets to quit before SIGTERM, and then SIGKILL.
 STOP_TIMEOUT = 5.0
 #: How many times longer than a plain build an ASan or TSan build of QEMU is given for an operation
-#: before it is called wedged. The malformed, chains, msize, ring and read modules with -n 2 took
-#: 8.5 s on trixie's plain build, 15.6 s on its ASan+UBSan build and 42 s on its TSan build; the
-#: plain bounds are already ten times or more what a working QEMU needs, and times four they are
-#: the bounds TSan runs were checked with (a 2 s reset, a 5-6 s unplug).
+#: before it is called wedged: a sanitizer build is several times slower (TSan the most), the plain
+#: bounds are already ten times or more what a working QEMU needs, and times four they are the
+#: bounds the TSan runs were checked with.
 SANITIZER_SLOWDOWN = 4
 #: After QEMU closed the qtest socket: how long its exit status is waited for (it is exiting).
 EXIT_AFTER_DISCONNECT = 1.0
@@ -273,32 +67,6 @@ def writes_coverage(binary: Path) -> bool:
     return any(
         (where / "libcommon.fa.p" / "hw_9pfs_9p.c.gcno").exists() for where in (binary.parent, binary.parent / "build")
     )
-
-
-#: A TSan report is the device's when the place its SUMMARY line names (the first frame of the
-#: racing access in QEMU's own code) is in the 9p server or the fsdev layer below it; the others
-#: are QEMU core's (util/async.c's lock-free bottom-half list, say, whose plain reads beside
-#: atomics TSan reports on every machine, 9p or not, even when a 9p function scheduled the bottom
-#: half) and fail no 9p case. Nor does a report whose other access is qtest's own read or write of
-#: guest memory: qtest stands in for the guest's CPU, which the virtio protocol orders against the
-#: device through the used ring in guest RAM, an ordering TSan cannot see (seen on master: a
-#: Tread's preadv into a reply buffer "racing" the harness's read of that buffer's previous reply).
-NINEP_FRAMES = re.compile(r"^SUMMARY: ThreadSanitizer: .*(\bhw/9pfs/|\bfsdev/)", re.MULTILINE)
-GUEST_ACCESS = re.compile(r"\bqtest_process_command\b")
-
-
-def sanitizer_report(output: str) -> str | None:
-    """The first report in QEMU's ``output`` that a case answers for (from its first line to its
-    SUMMARY line, or to the end), or None: any AddressSanitizer or UndefinedBehaviorSanitizer
-    report; a ThreadSanitizer report only when it names 9pfs code (:data:`NINEP_FRAMES`) and
-    its other access is not qtest's access to guest memory (:data:`GUEST_ACCESS`)."""
-    for found in _SANITIZER_START.finditer(output):
-        summary = _SANITIZER_SUMMARY.search(output, found.start())  # no copy of the rest per report
-        report = output[found.start() : summary.end() if summary else len(output)]
-        tsan = report.startswith("WARNING: ThreadSanitizer")
-        if not tsan or (NINEP_FRAMES.search(report) and not GUEST_ACCESS.search(report)):
-            return report
-    return None
 
 
 #: Directories of machines not stopped yet: removed at interpreter exit whatever the way out (a

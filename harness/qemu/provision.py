@@ -27,7 +27,7 @@ from harness.qemu.build import DEFAULT_ORIGIN
 
 if TYPE_CHECKING:  # imported where used: the xdist controller prints the header with this module
     # alone, and machine (qtest, sockets) would add ~25 ms before it starts its workers
-    from harness.qemu.machine import FsConfig, MachineConfig
+    from harness.qemu.config import FsConfig, MachineConfig
 
 PROJECT = "virtio9p-harness"
 FIRMWARE_DIRS = (Path("/usr/share/seabios"), Path("/usr/share/qemu"))
@@ -220,16 +220,16 @@ def usable_config(
     """Probe ``binary`` (cached), refuse it if it cannot be tested, and configure a machine on it
     (with the qtest accelerator, or degraded ``-accel tcg -S``; guest RAM shared where the host
     allows, said once on stderr where it does not)."""
-    from harness.qemu import machine
+    from harness.qemu import config as qemu_config
 
     found = probe_cached(binary)
     found.require_usable()
-    mode, note = machine.guest_memory(guest_memory or machine.wanted_guest_memory())  # type: ignore[arg-type]
+    mode, note = qemu_config.guest_memory(guest_memory or qemu_config.wanted_guest_memory())  # type: ignore[arg-type]
     if note:
         _say_once(note)
-    config = machine.MachineConfig(
+    config = qemu_config.MachineConfig(
         binary=binary,
-        fs=fs or machine.SynthFs(),
+        fs=fs or qemu_config.SynthFs(),
         transport=transport,  # type: ignore[arg-type]
         accel=found.accel,
         ram_mib=ram_mib,

@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: every QEMU stopped, its directory removed
         signal.signal(signum, _interrupt)
     if args.every_guest_memory:  # read by every machine configuration, and inherited by pytest runs
-        from harness.qemu.machine import GUEST_MEMORY_ENV
+        from harness.qemu.config import GUEST_MEMORY_ENV
 
         os.environ[GUEST_MEMORY_ENV] = args.every_guest_memory
     try:
@@ -340,14 +340,15 @@ def _bench_kind(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from harness.qemu import machine, provision
+    from harness.qemu import config as qemu_config
+    from harness.qemu import provision
     from harness.tools.bench.readdir import readdir_export
     from harness.tools.bench.run import Run
     from harness.tools.bench.variant import Variant
 
     names = (args.qemu or []) + ([args.qemu_binary] if args.qemu_binary else [])
     binaries = [provision.find_qemu(name)[0] for name in names] or [provision.find_qemu()[0]]
-    wanted = args.guest_memory or machine.wanted_guest_memory()  # the top-level --guest-memory set it
+    wanted = args.guest_memory or qemu_config.wanted_guest_memory()  # the top-level --guest-memory set it
     modes = ["shared", "qtest"] if wanted == "both" else [wanted]
     options = getattr(args, "multidevs", None) or [None]
     triples = [(binary, mode, option) for binary in binaries for mode in modes for option in options]

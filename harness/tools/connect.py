@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from harness.p9.channel import Channel
 from harness.p9.session import Session
-from harness.qemu.machine import Machine, MachineConfig
+from harness.qemu.config import MachineConfig
+from harness.qemu.machine import Machine
 from harness.virtio.driver import Driver
 
 

@@ -16,7 +16,7 @@ from tabulate import tabulate
 from harness.errors import HarnessError
 from harness.qemu import build as qemu_build
 from harness.qemu import cpu_idle, provision
-from harness.qemu.machine import MachineConfig
+from harness.qemu.config import MachineConfig
 from harness.tools.connect import connect
 
 

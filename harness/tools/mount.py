@@ -29,7 +29,8 @@ from harness.fuse.watcher import mounted
 from harness.p9.channel import Channel
 from harness.p9.session import Session
 from harness.p9.trace import format_records, write_reproducer
-from harness.qemu.machine import LocalFs, Machine, MachineConfig, SecurityModel, SynthFs
+from harness.qemu.config import LocalFs, MachineConfig, SecurityModel, SynthFs
+from harness.qemu.machine import Machine
 from harness.qemu.provision import usable_config
 
 #: msize of the mount unless --msize: Linux's v9fs default since 5.15 (512000 there; a power

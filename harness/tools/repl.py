@@ -241,7 +241,7 @@ class Repl(cmd.Cmd):
 
 def repl(binary: Path, backend: str, export: str | None, transport: str) -> int:
     """Start a QEMU (on local: exporting ``export``, or a new empty directory removed afterwards)."""
-    from harness.qemu.machine import LocalFs, SynthFs
+    from harness.qemu.config import LocalFs, SynthFs
     from harness.qemu.provision import usable_config
     from harness.tools.connect import connect
 

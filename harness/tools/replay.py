@@ -52,7 +52,7 @@ from harness.p9.messages import Rerror, Rlerror
 from harness.p9.session import Pending, Reply
 from harness.p9.trace import SUCCESS, Step, read_reproducer, restore_host
 from harness.qemu import provision
-from harness.qemu.machine import FsConfig, LocalFs, MachineConfig, SynthFs
+from harness.qemu.config import FsConfig, LocalFs, MachineConfig, SynthFs
 from harness.tools.connect import Connection, connect
 
 ABSENT, PRESENT, UNTESTABLE, UNREADABLE = 0, 1, 125, 255

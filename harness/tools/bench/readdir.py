@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.p9 import wire
 from harness.p9.messages import Rreaddir, Treaddir
-from harness.qemu.machine import FsConfig, SynthFs
+from harness.qemu.config import FsConfig, SynthFs
 from harness.tools.bench.report import Row, Table, stats
 from harness.tools.bench.variant import CPU_COLUMNS, CpuSplit, Variant, machine_config, progress
 from harness.tools.connect import Connection, connect

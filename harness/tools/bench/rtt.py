@@ -18,7 +18,8 @@ from harness.p9.fixed_chains import keep_in_flight
 from harness.p9.messages import Tclunk, Tgetattr, Tmkdir, Treaddir, Tstatfs, Tunlinkat, Twalk
 from harness.p9.session import Pending, Session
 from harness.p9.wire import TMessage
-from harness.qemu.machine import Machine, SynthFs
+from harness.qemu.config import SynthFs
+from harness.qemu.machine import Machine
 from harness.tools.bench.report import Row, Table
 from harness.tools.bench.variant import CPU_COLUMNS, QEMU_PER_OP, CpuSplit, Variant, machine_config, rate
 from harness.tools.connect import connect
