@@ -193,6 +193,11 @@ def errno_name(code: int) -> str:
 class P9ProtocolError(P9Error):
     """The server broke the protocol: wrong tag, wrong reply type, size mismatch, bad frame."""
 
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        #: when it was found (the sessions' clock): the reply it judged is the last one before
+        self.at = time.monotonic()
+
 
 class P9Timeout(P9Error):
     """A request got no reply within the limit."""

@@ -50,8 +50,9 @@ WHOLE_WALK = "<== every name walked, or an error"
 @dataclass(frozen=True)
 class Expectation:
     """What the case wanted of one reply: an errno (:data:`SUCCESS`: a reply of the request's own
-    type), a field of the reply no larger than a bound (``<== msize at most 4186112``), or, for a
-    race, anything but one errno (``<== anything but ENOENT (2)``: which answer a serial order
+    type), a field of the reply no larger than a bound (``<== msize at most 4186112``) or equal to a
+    value (``<== stat.mode equal to 2147746280``; a dotted field is a record's, bytes are hex), or,
+    for a race, anything but one errno (``<== anything but ENOENT (2)``: which answer a serial order
     gives depends on the order, the raced one no order gives)."""
 
     errno: int | None = None
@@ -62,10 +63,15 @@ class Expectation:
     #: a Twalk's reply walks every name or is an error, never a part (a race's: the names moved
     #: while the walk went through them)
     whole_walk: bool = False
+    #: the value ``field`` must have (an int, or bytes), instead of a bound
+    equals: int | bytes | None = None
 
     def line(self) -> str:
         if self.whole_walk:
             return WHOLE_WALK
+        if self.equals is not None:
+            shown = f"hex:{self.equals.hex()}" if isinstance(self.equals, bytes) else str(self.equals)
+            return f"<== {self.field} equal to {shown}"
         if self.errno is None:
             return f"<== {self.field} at most {self.at_most}"
         if self.anything_but:
@@ -80,6 +86,10 @@ class Expectation:
             return cls(SUCCESS)
         if line.startswith("<== anything but "):
             return cls(int(line.rsplit("(", 1)[1].rstrip(")")), anything_but=True)
+        if " equal to " in line:
+            field, value = line[4:].split(" equal to ", 1)
+            equals = bytes.fromhex(value[4:]) if value.startswith("hex:") else int(value)
+            return cls(field=field.strip(), equals=equals)
         if " at most " in line:
             field, bound = line[4:].split(" at most ")
             return cls(field=field.strip(), at_most=int(bound))
