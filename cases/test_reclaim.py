@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 
 from fixtures.case_path import case_path
+from fixtures.expect import expect_field
 from fixtures.place import Place
 from fixtures.pool import Device
+from harness.p9.messages import Tread
 
 NOFILE = 200
 #: more opens than the mark can take twice over: enough for two reclaim passes (the first only
@@ -127,6 +129,7 @@ def test_writes_survive_a_reclaim(place: Place, device: Device, flags: str) -> N
     with reclaimed(place, device, target):
         assert p9.write(fid, 6, b"second").count == 6  # reopens the file
         assert qemu_fds_of(device, target) == 1
+    expect_bytes(place, "target", expected)
     assert target.read_bytes() == expected
     p9.clunk(fid)
 
@@ -149,8 +152,21 @@ def test_created_file_survives_a_reclaim(place: Place, device: Device) -> None:
     p9.write(fid, 0, b"first-")
     with reclaimed(place, device, place.host_path("made")):
         p9.write(fid, 6, b"second")
+    expect_bytes(place, "made", b"first-second")
     assert place.host_path("made").read_bytes() == b"first-second"
     p9.clunk(fid)
+
+
+def expect_bytes(place: Place, name: str, expected: bytes) -> None:
+    """The file's bytes, read through a fid of its own (more than ``expected``, to see any beyond),
+    are ``expected``: what the host holds, as 9P shows it, a check replay judges."""
+    p9 = place.session
+    fid = p9.walk_fid(place.fid, [name])
+    try:
+        p9.lopen(fid, os.O_RDONLY)
+        expect_field(p9.rpc(Tread(fid=fid, offset=0, count=len(expected) + 16)), "data", expected)
+    finally:
+        p9.clunk(fid)
 
 
 @RECLAIM[0]
