@@ -48,12 +48,20 @@ def _link(path: str) -> str:
         return ""
 
 
+def make_pad(place: Place) -> None:
+    """The file the pad fids open; a case that makes it before its first request has it in its
+    reproducer, which replay can then make too."""
+    pad = place.host_path("pad")
+    if not pad.exists():
+        pad.write_bytes(b"pad")
+
+
 @contextmanager
 def reclaimed(place: Place, device: Device, *targets: Path) -> Iterator[int]:
     """Open pad fids until QEMU holds no descriptor of any of ``targets`` (their fids reclaimed);
     yields how many it took, and clunks the pads after the block."""
     p9 = place.session
-    place.host_path("pad").write_bytes(b"pad")
+    make_pad(place)
     pads: list[int] = []
     try:
         while any(qemu_fds_of(device, t) for t in targets):
@@ -123,6 +131,7 @@ def test_writes_survive_a_reclaim(place: Place, device: Device, flags: str) -> N
     p9 = place.session
     target = place.host_path("target")
     target.write_bytes(b"old.")
+    make_pad(place)
     fid = p9.walk_fid(place.fid, ["target"])
     p9.lopen(fid, open_flags)
     assert p9.write(fid, 0, b"first-").count == 6
@@ -147,6 +156,7 @@ def test_created_file_survives_a_reclaim(place: Place, device: Device) -> None:
     """A file made by Tlcreate with O_TRUNC (what Linux sends for creat()), written, reclaimed,
     written again: both writes are in the file."""
     p9 = place.session
+    make_pad(place)
     fid = p9.walk_fid(place.fid, [])
     p9.lcreate(fid, "made", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     p9.write(fid, 0, b"first-")

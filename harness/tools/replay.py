@@ -285,6 +285,8 @@ def _config(binary: Path, header: dict[str, str]) -> MachineConfig:
         raise
     if fs.kind == "synth" and not found.synth_tree:
         raise ProvisionError(f"{binary} has no qtest accelerator, so no synth test tree, which this reproducer walks")
+    if header.get("nofile"):  # the case's RLIMIT_NOFILE for QEMU: 9pfs sizes its fd reclaim from it
+        config = dataclasses.replace(config, nofile=int(header["nofile"]))
     return config
 
 
