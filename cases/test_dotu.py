@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from fixtures.case_path import case_path
-from fixtures.expect import UnexpectedReply, expect_field, expect_rlerror
+from fixtures.expect import UnexpectedReply, expect_an_error, expect_field, expect_rlerror
 from fixtures.place import Place
 from harness.errors import P9ProtocolError, P9Rlerror, QEMUExited
 from harness.p9 import wire
@@ -447,6 +447,7 @@ def test_create_device_with_a_bad_extension(place: Place, dialect: str, extensio
     fid = p9.walk_fid(place.fid, [])
     reply = p9.send(Tcreate(fid=fid, name="dev", perm=wire.DMDEVICE | 0o600, mode=0,
                                             extension=text)).wait().message  # fmt: skip
+    expect_an_error(reply)
     assert isinstance(reply, Rerror), f"{reply} instead of an Rerror"
     if text.startswith("x"):
         assert reply.errno == errno.EIO

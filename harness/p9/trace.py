@@ -45,6 +45,8 @@ BATCH_BEGIN, BATCH_END = "batch: one kick", "end of batch"
 
 #: a Twalk's expectation in a race's reproducer: every name, or none (an error)
 WHOLE_WALK = "<== every name walked, or an error"
+#: a reply that must be an error, whichever (Rlerror or Rerror)
+ANY_ERROR = "<== an error (any errno)"
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,14 @@ class Expectation:
     whole_walk: bool = False
     #: the value ``field`` must have (an int, or bytes), instead of a bound
     equals: int | bytes | None = None
+    #: any error reply will do (the case names no errno), success or no reply will not
+    any_error: bool = False
 
     def line(self) -> str:
         if self.whole_walk:
             return WHOLE_WALK
+        if self.any_error:
+            return ANY_ERROR
         if self.equals is not None:
             shown = f"hex:{self.equals.hex()}" if isinstance(self.equals, bytes) else str(self.equals)
             return f"<== {self.field} equal to {shown}"
@@ -82,6 +88,8 @@ class Expectation:
     def parse(cls, line: str) -> Expectation:
         if line.startswith(WHOLE_WALK):
             return cls(whole_walk=True)
+        if line.startswith(ANY_ERROR):
+            return cls(any_error=True)
         if line.startswith("<== success"):
             return cls(SUCCESS)
         if line.startswith("<== anything but "):

@@ -148,6 +148,10 @@ def _differs(step: Step, frame: bytes | None, local: bool, died: bool, race: boo
         if _errno_of(frame) is not None or (qids is not None and names is not None and len(qids) == len(names)):
             return None
         return f"expected every name walked or an error, got {_shown(frame)} (the race)"
+    if wanted is not None and wanted.any_error:
+        if _errno_of(frame) is not None:
+            return None
+        return f"expected an error, got {_shown(frame)}"
     if wanted is not None and wanted.equals is not None:  # a field's value
         value = _field(_decoded(frame), wanted.field)
         if value == wanted.equals:
