@@ -571,12 +571,12 @@ def test_a_race_reproducer_is_judged_on_its_expectations_only() -> None:
     enoent, eexist = (wire.encode(Rlerror(ecode=code), 3) for code in (errnos.ENOENT, errnos.EEXIST))
     made = wire.encode(Rmkdir(qid=wire.Qid(wire.QTDIR, 0, 7)), 3)
     other = Step(request, reply=made)  # recorded as made; this time the order gave EEXIST
-    assert replay._differs(other, eexist, local=True, died=False, race=True) is None
+    assert replay._differs(other, eexist, local=True, died=False, only_expected=True) is None
     assert replay._differs(other, eexist, local=True, died=False) is not None  # a plain reproducer compares
     raced = Step(request, reply=enoent, expected=race)
-    assert replay._differs(raced, eexist, local=True, died=False, race=True) is None
-    assert replay._differs(raced, made, local=True, died=False, race=True) is None
-    assert "(the race)" in str(replay._differs(raced, enoent, local=True, died=False, race=True))
+    assert replay._differs(raced, eexist, local=True, died=False, only_expected=True) is None
+    assert replay._differs(raced, made, local=True, died=False, only_expected=True) is None
+    assert "(the race)" in str(replay._differs(raced, enoent, local=True, died=False, only_expected=True))
     assert replay._attempts("attempts 7") == 7 and replay._attempts("seen") == replay.RACE_ATTEMPTS
 
 

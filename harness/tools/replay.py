@@ -133,12 +133,13 @@ def _field(message: Any, dotted: str) -> Any:
     return bytes(message) if isinstance(message, bytes | bytearray | memoryview) else message
 
 
-def _differs(step: Step, frame: bytes | None, local: bool, died: bool, race: bool = False) -> str | None:
+def _differs(step: Step, frame: bytes | None, local: bool, died: bool, only_expected: bool = False) -> str | None:
     """Why this reply breaks the expectation, or None. A request unanswered when recorded must stay
     unanswered, unless QEMU had died then (any answer will do: it is the death that is judged).
-    In a race's reproducer only the expectations are judged."""
+    With ``only_expected`` (a race's reproducer, or the clean-up after the last check) only
+    the expectations are judged."""
     wanted = step.expected
-    if race and wanted is None:
+    if only_expected and wanted is None:
         return None
     if frame is None:
         return "no reply (QEMU hangs on it)" if step.reply is not None or wanted is not None else None
@@ -158,7 +159,7 @@ def _differs(step: Step, frame: bytes | None, local: bool, died: bool, race: boo
             return None
         return f"expected {wanted.field} equal to {wanted.equals!r}, got {_shown(frame)}"
     if wanted is not None and wanted.errno is None:  # a field's bound
-        value = getattr(_decoded(frame), wanted.field, None)
+        value = _field(_decoded(frame), wanted.field)
         if isinstance(value, int) and value <= wanted.at_most:
             return None
         return f"expected {wanted.field} at most {wanted.at_most}, got {_shown(frame)}"
