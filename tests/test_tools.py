@@ -580,6 +580,30 @@ def test_a_race_reproducer_is_judged_on_its_expectations_only() -> None:
     assert replay._attempts("attempts 7") == 7 and replay._attempts("seen") == replay.RACE_ATTEMPTS
 
 
+def test_an_expectation_on_a_request_never_answered_is_judged(tmp_path: Path) -> None:
+    """A check written on a request that got no reply (``expect_a_reply``) reads back onto that
+    request, not onto the last answered one; replay calls a QEMU that still does not answer the
+    bug (1) and judges an answer by the check (a bytes field's bound is on its length)."""
+    from harness.p9 import wire
+    from harness.p9.messages import Rlopen, Rread, Tlopen, Tread
+    from harness.p9.trace import Direction, Expectation, Record, read_reproducer, write_reproducer
+    from harness.tools import replay
+
+    opened = wire.encode(Rlopen(qid=wire.Qid(0, 0, 7), iounit=4096), 1)
+    frames = [(Direction.SENT, wire.encode(Tlopen(fid=2, flags=0), 1)), (Direction.RECEIVED, opened),
+              (Direction.SENT, wire.encode(Tread(fid=2, offset=0, count=16384), 2))]  # fmt: skip
+    records = [Record(float(i), d, None, f, wire.decode(f)) for i, (d, f) in enumerate(frames)]
+    wanted = Expectation(field="data", at_most=8168)
+    path = write_reproducer(tmp_path / "r.9p", records, {"backend": "synth", "transport": "modern"}, {2: wanted})
+    assert "Tread(fid=2, offset=0, count=16384)\n<== data at most 8168\n" in path.read_text()
+    _, (lopen, read) = read_reproducer(path)
+    assert lopen.expected is None and read.expected == wanted and read.reply is None
+    assert replay._differs(read, None, local=False, died=False) == "no reply (QEMU hangs on it)"
+    assert replay._differs(read, wire.encode(Rread(data=bytes(8168)), 2), local=False, died=False) is None
+    too_long = replay._differs(read, wire.encode(Rread(data=bytes(8169)), 2), local=False, died=False)
+    assert too_long is not None and "data at most 8168" in too_long
+
+
 SOMETIMES = textwrap.dedent(
     """
     import pytest

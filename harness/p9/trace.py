@@ -337,6 +337,7 @@ def _parse(lines: list[str]) -> tuple[dict[str, str], list[Step]]:
             batches += line.endswith(BATCH_BEGIN) and depth == 1
         elif line.startswith("--> "):
             steps.append(Step(bytes.fromhex(line.split()[1]), None, batch=batches if depth else 0))
+            last_answered = -1  # an expectation right after a request is on that request (no reply came)
         elif line.startswith("<-- ") and steps:
             field = line.split()[1]
             empty = field.startswith("(empty")
@@ -345,7 +346,7 @@ def _parse(lines: list[str]) -> tuple[dict[str, str], list[Step]]:
             at = last_answered = _awaiting(steps, tag)
             steps[at] = dataclasses.replace(steps[at], reply=reply, in_line=at == len(steps) - 1)
         elif line.startswith("<== ") and steps:
-            at = last_answered
+            at = last_answered if last_answered >= 0 else len(steps) - 1
             steps[at] = dataclasses.replace(steps[at], expected=Expectation.parse(line))
         elif line.strip() and not line.startswith("#"):
             raise P9ProtocolError(f"line {number}: cannot read {line[:60]!r}")

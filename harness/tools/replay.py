@@ -160,6 +160,7 @@ def _differs(step: Step, frame: bytes | None, local: bool, died: bool, only_expe
         return f"expected {wanted.field} equal to {wanted.equals!r}, got {_shown(frame)}"
     if wanted is not None and wanted.errno is None:  # a field's bound
         value = _field(_decoded(frame), wanted.field)
+        value = len(value) if isinstance(value, bytes) else value  # a bytes field's bound is on its length
         if isinstance(value, int) and value <= wanted.at_most:
             return None
         return f"expected {wanted.field} at most {wanted.at_most}, got {_shown(frame)}"
