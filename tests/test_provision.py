@@ -212,3 +212,80 @@ def test_a_tsan_build_gets_qemus_suppressions(tmp_path: Path) -> None:
     (tmp_path / "suppressions.tsan").write_text("race:pthread_mutex_init\n")
     options = sanitizers.sanitizer_env(binary)["TSAN_OPTIONS"]
     assert f"suppressions={tmp_path / 'suppressions.tsan'}" in options and "exitcode=0" in options
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t"})  # fmt: skip
+
+
+def test_a_commit_of_an_old_tree_gets_what_git_archive_leaves_out(tmp_path: Path) -> None:
+    """``qemu build --git``: an old tree's submodules come from the donor (a Debian source tree), and
+    its keymap-gen calls are put in the order today's keymap-gen wants, with the keys its QKeyCode
+    enum lacks left unmapped; a newer tree gets its subprojects and no wrapper."""
+    from harness.qemu import build, git_tree
+
+    repo = tmp_path / "repo"
+    (repo / "ui").mkdir(parents=True)
+    (repo / "qapi").mkdir()
+    (repo / ".gitmodules").write_text('[submodule "ui/keycodemapdb"]\n\tpath = ui/keycodemapdb\n\turl = x\n')
+    (repo / "ui" / "meson.build").write_text("command: [keymap_gen, '--lang', 'glib2', 'code-map', '@INPUT0@']\n")
+    (repo / "qapi" / "ui.json").write_text("{ 'enum': 'QKeyCode',\n  'data': [ 'unmapped', 'esc', 'a' ] }\n")
+    (repo / "VERSION").write_text("5.2.0\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "old")
+    donor = tmp_path / "donor"
+    tools = donor / "subprojects" / "keycodemapdb" / "tools"
+    tools.mkdir(parents=True)
+    (donor / "subprojects" / "keycodemapdb" / "README").write_text("keycodemapdb\n")
+    # a keymap-gen that prints what it was given: its arguments, then the table's QEMU column
+    (tools / "keymap-gen").write_text(
+        "#!/usr/bin/env python3\nimport csv, sys\nprint(sys.argv[1:])\n"
+        "rows = list(csv.reader(open([a for a in sys.argv if a.endswith('.csv')][0])))\n"
+        "print([r[rows[0].index('QEMU QKeyCode')] for r in rows[1:]])\n"
+    )  # fmt: skip
+    (tools / "keymap-gen").chmod(0o755)
+    table = tmp_path / "keymaps.csv"
+    table.write_text('"Linux Name","QEMU QKeyCode"\nKEY_ESC,esc\nKEY_F16,f16\nKEY_A,a\n')
+    commit = git_tree.resolve(repo, "HEAD")
+    assert build.git_key(build.git_origin(repo, "HEAD")) == commit[:12]
+    tree = git_tree.export(repo, commit, tmp_path / "tree", donor, tmp_path / "log")
+    wrapper = tree / "ui" / "keycodemapdb" / "tools" / "keymap-gen"
+    assert (tree / "ui" / "keycodemapdb" / "README").exists() and (wrapper.parent / "keymap-gen.real").exists()
+    done = subprocess.run([sys.executable, str(wrapper), "--lang", "glib2", "code-map", str(table), "x", "qcode"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    given, column = done.stdout.splitlines()
+    assert given.startswith("['code-map', '--lang', 'glib2'")
+    assert column == "['esc', '', 'a']"  # f16 is not in this QEMU's enum
+
+    with pytest.raises(ProvisionError, match="no donor"):
+        git_tree.export(repo, commit, tmp_path / "tree2", None, tmp_path / "log")
+    (repo / ".gitmodules").unlink()
+    (repo / "subprojects").mkdir()
+    (repo / "subprojects" / "keycodemapdb.wrap").write_text("[wrap-git]\n")
+    (repo / "ui" / "meson.build").write_text("command: [keymap_gen, 'code-map', '--lang', 'glib2', '@INPUT0@']\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "new")
+    newer = git_tree.export(repo, git_tree.resolve(repo, "HEAD"), tmp_path / "tree3", donor, tmp_path / "log")
+    assert (newer / "subprojects" / "keycodemapdb" / "README").exists()
+    assert not (newer / "subprojects" / "keycodemapdb" / "tools" / "keymap-gen.real").exists()
+    with pytest.raises(ProvisionError, match="names no commit"):
+        git_tree.resolve(repo, "v0.0.0")
+
+
+def test_a_tree_gets_only_the_configure_flags_its_configure_takes(tmp_path: Path) -> None:
+    """5.2's meson knows install_blobs but its configure does not pass meson options through
+    (no meson-buildoptions.sh): the flag is left out there, kept where configure passes it on."""
+    from harness.qemu import build
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "configure").write_text("--disable-tcg) ;;\n")
+    (tree / "meson_options.txt").write_text("option('install_blobs', type: 'boolean')\n")
+    wanted = ("--disable-tcg", "--disable-install-blobs")
+    assert build.supported_flags(tree, wanted) == ["--disable-tcg"]
+    (tree / "scripts").mkdir()
+    (tree / "scripts" / "meson-buildoptions.sh").write_text("")
+    assert build.supported_flags(tree, wanted) == list(wanted)

@@ -7,6 +7,8 @@ Debian's packaged ``qemu-system-x86`` has no qtest accelerator, so the harness b
 - ``debian:trixie`` — QEMU 10.0 LTS (Debian 13's source package, with its 9pfs backports)
 - ``source:PATH`` — a QEMU source tree or release/``git archive`` tarball the user names (their
   checkout, with or without their patch; the master tarball in ``../shared/qemu-src``)
+- ``git:REPO@COMMIT`` — any commit of a QEMU git repository, 5.1 on (``harness.qemu.git_tree``:
+  what an old tree needs to build here)
 
 Each build lives in ``<cache>/qemu-<version>-<origin label>/`` with a ``build.json`` stamp that
 says what it was built from; a source tree is keyed by its git commit and uncommitted diff (or,
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import ProvisionError
+from harness.qemu import git_tree, versions
 from harness.qemu.shell import locked, missing_packages, sh, tail
 
 BINARY_NAME = "qemu-system-x86_64"
@@ -49,6 +52,10 @@ CONFIGURE = (
     "--without-default-features", "--enable-attr", "--enable-cap-ng", "--disable-docs", "--disable-tools",
     "--disable-werror", "--disable-download", "--disable-install-blobs", "--disable-rust",
 )  # fmt: skip
+#: Trees without --without-default-features (before 6.1) would look for these in git submodules.
+OLD_TREE_CONFIGURE = ("--disable-capstone", "--disable-slirp", "--disable-fdt", "--disable-git-update")
+#: Below this, no qos-test is built: the suite's floor (its comparisons need none older).
+QOS_TEST_FLOOR = (7, 2, 0)
 #: What QEMU >= 8.1's configure needs in the Python it is given (its own mkvenv checks them).
 PYTHON_DEPS = ("meson>=1.9,<2", "pycotap==1.3.1", "qemu.qmp==0.0.6", "wheel", "setuptools")
 DEBIAN_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
@@ -110,6 +117,8 @@ def origin_of(name: str) -> str:
     for suite, version in SUITES.items():
         if name in (suite, f"debian:{suite}", version):
             return f"debian:{suite}"
+    if name.startswith("git:"):
+        return name
     path = Path(name.removeprefix("source:")).expanduser()
     if not path.exists():
         raise ProvisionError(f"{name!r} names no Debian suite ({', '.join(SUITES)}) and no source tree or tarball")
@@ -121,6 +130,9 @@ def find_build(origin: str, root: Path, variant: str = "") -> Build | None:
     current contents, wherever it was built from (a copy of the same tarball elsewhere is the
     same build)."""
     candidates = [b for b in builds(root) if b.variant == variant]
+    if origin.startswith("git:"):  # keyed by the commit, whichever clone it came from
+        key = git_key(origin)
+        return next((b for b in candidates if b.origin.startswith("git:") and b.key == key), None)
     if not origin.startswith("source:"):
         return next((b for b in candidates if b.origin == origin), None)
     key = source_key(Path(origin.removeprefix("source:")))
@@ -150,6 +162,15 @@ def source_key(path: Path) -> str:
         info = file.stat()
         digest.update(f"{rel}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:12]
+
+
+def git_origin(repo: Path, ref: str) -> str:
+    """The origin of ``ref``'s commit in the QEMU git repository ``repo``."""
+    return f"git:{repo.resolve()}@{git_tree.resolve(repo, ref)}"
+
+
+def git_key(origin: str) -> str:
+    return origin.rsplit("@", 1)[1][:12]
 
 
 def _git(tree: Path, *args: str) -> str:
@@ -219,7 +240,7 @@ def build(origin: str, root: Path, *, with_qos_test: bool = True, variant: str =
         raise ProvisionError(f"unknown build variant {variant!r}; one of {', '.join(filter(None, VARIANTS))}")
     with locked(root):
         done = find_build(origin, root, variant)
-        if done is not None and (done.qos_test or not with_qos_test):
+        if done is not None and (done.qos_test or not with_qos_test or versions.parse(done.version) < QOS_TEST_FLOOR):
             return done
         return _build_fresh(origin, root, with_qos_test, variant)
 
@@ -228,6 +249,7 @@ def _build_fresh(origin: str, root: Path, with_qos_test: bool, variant: str) -> 
     start = time.monotonic()
     # a tarball's key reads all of it (~0.1 s for 34 MB): once per build
     key = source_key(Path(origin.removeprefix("source:"))) if origin.startswith("source:") else ""
+    key = git_key(origin) if origin.startswith("git:") else key
     if variant:  # built where it stays: a gcov build's counter files have their paths compiled in
         work = root / f"qemu-{label(origin, key)}-{variant}"
         shutil.rmtree(work, ignore_errors=True)
@@ -238,11 +260,14 @@ def _build_fresh(origin: str, root: Path, with_qos_test: bool, variant: str) -> 
     say(f"building a qtest-capable QEMU from {origin} in {work} (log: {log})")
     try:
         ensure_packages(log, origin)
-        tree = _unpack(origin, work, log)
+        tree = _unpack(origin, work, log, root)
         version = (tree / "VERSION").read_text().strip()
+        with_qos_test = with_qos_test and versions.parse(version) >= QOS_TEST_FLOOR
         build_dir = work / "build"
         build_dir.mkdir()
         flags = [*supported_flags(tree), *variant_flags(tree, variant), *_python_flag(tree, root, log)]
+        if "--without-default-features" not in flags:
+            flags += supported_flags(tree, OLD_TREE_CONFIGURE) + git_tree.meson_flag(tree, root, log)
         env = {}
         if variant == "tsan":
             glib = tsan_glib(root, log)
@@ -255,9 +280,12 @@ def _build_fresh(origin: str, root: Path, with_qos_test: bool, variant: str) -> 
                 shutil.copy2(suppressions, work / TSAN_SUPPRESSIONS)
         say(f"configure (QEMU {version}, TCG off, virtfs on{', ' + variant if variant else ''})")
         sh([str(tree / "configure"), *flags], log, cwd=build_dir, env=env)
-        targets = [BINARY_NAME] + (["tests/qtest/qos-test"] if with_qos_test else [])
-        _ninja(build_dir, targets, log)
-        shutil.copy2(build_dir / BINARY_NAME, work / BINARY_NAME)
+        if (tree / "meson.build").exists():
+            targets = [BINARY_NAME] + (["tests/qtest/qos-test"] if with_qos_test else [])
+            _ninja(build_dir, targets, log)
+            shutil.copy2(build_dir / BINARY_NAME, work / BINARY_NAME)
+        else:  # before 5.2: configure and make
+            shutil.copy2(git_tree.make(build_dir, log), work / BINARY_NAME)
         if with_qos_test:
             shutil.copy2(build_dir / "tests" / "qtest" / "qos-test", work / "qos-test")
         seconds = round(time.monotonic() - start, 1)
@@ -330,14 +358,22 @@ def _machine_suite() -> str:
 
 
 def label(origin: str, key: str) -> str:
-    """``debian-trixie``, ``src-<key>``: the build directory's suffix."""
-    return origin.replace("debian:", "debian-") if origin.startswith("debian:") else f"src-{key}"
+    """``debian-trixie``, ``git-<commit>``, ``src-<key>``: the build directory's suffix."""
+    if origin.startswith("debian:"):
+        return origin.replace("debian:", "debian-")
+    return f"git-{key}" if origin.startswith("git:") else f"src-{key}"
 
 
-def _unpack(origin: str, work: Path, log: Path) -> Path:
+def _unpack(origin: str, work: Path, log: Path, root: Path) -> Path:
     """The source tree to configure (inside ``work`` unless the user's own tree)."""
     if origin.startswith("debian:"):
         return _debian_source(origin.removeprefix("debian:"), work, log)
+    if origin.startswith("git:"):
+        repo, commit = origin.removeprefix("git:").rsplit("@", 1)
+        say(f"git archive {commit[:12]} of {repo}")
+        tree = git_tree.export(Path(repo), commit, work / "src", git_tree.donor(root), log)
+        _check_tree(tree)
+        return tree
     path = Path(origin.removeprefix("source:"))
     if path.is_dir():
         tree = path
@@ -355,7 +391,8 @@ def _unpack(origin: str, work: Path, log: Path) -> Path:
 def _check_tree(tree: Path) -> None:
     if not (tree / "configure").is_file() or not (tree / "VERSION").is_file():
         raise ProvisionError(f"{tree} is not a QEMU source tree (no configure or VERSION)")
-    if not (tree / ".git").exists() and not (tree / "subprojects" / "keycodemapdb" / "README").exists():
+    keymaps = [tree / where / "keycodemapdb" / "README" for where in ("subprojects", "ui")]
+    if not (tree / ".git").exists() and not any(readme.exists() for readme in keymaps):
         raise ProvisionError(
             f"{tree} is neither a git checkout nor a release tarball: QEMU's configure needs "
             "subprojects/keycodemapdb (and berkeley-softfloat-3, berkeley-testfloat-3); copy them in from a "
@@ -379,7 +416,10 @@ def supported_flags(tree: Path, wanted: tuple[str, ...] = CONFIGURE) -> list[str
     texts = [tree / "configure", tree / "scripts" / "meson-buildoptions.sh"]
     configure = "".join(path.read_text(errors="replace") for path in texts if path.exists())
     options_file = tree / "meson_options.txt"
-    options = options_file.read_text(errors="replace") if options_file.exists() else ""
+    # configure hands meson's options through only since 6.2 (meson-buildoptions.sh): 5.2's meson
+    # knows install_blobs, its configure refuses --disable-install-blobs
+    passes_through = (tree / "scripts" / "meson-buildoptions.sh").exists()
+    options = options_file.read_text(errors="replace") if options_file.exists() and passes_through else ""
     kept = []
     for flag in wanted:
         name = re.sub(r"^--(enable|disable|without|with)-", "", flag.split("=")[0])

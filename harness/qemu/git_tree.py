@@ -1,0 +1,171 @@
+"""A QEMU source tree from any commit of a QEMU git repository (``qemu build --git REF``), made
+buildable here without a network: every release from 5.1 on, for benchmarks across releases and
+``git bisect run`` over performance.
+
+``git archive`` leaves out the git submodules (5.x-7.x: ``ui/keycodemapdb``,
+``tests/fp/berkeley-*``, ``meson``) and meson's subprojects (8.0 on: fetched at configure time),
+which configure then tries to download. They are copied in from a *donor*: the source of a Debian
+build in the cache (``qemu build trixie`` keeps it), whose subprojects are what the newer trees
+pin. Old trees need three more things, each applied only where a tree needs it:
+
+- QEMU before 6.0 passes ``keymap-gen`` its options before the subcommand, which keycodemapdb
+  since 2022 refuses: a wrapper puts the subcommand first;
+- a meson of the version the tree asks for (5.2-8.0 carry their own as a submodule, which
+  ``git archive`` leaves out): installed from PyPI into a venv in the cache, once per version;
+- QEMU before 5.2 has no meson at all: configure and make (``harness.qemu.build``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.errors import ProvisionError
+from harness.qemu.shell import sh
+
+#: The submodules and subprojects a configure of ours needs, and where a Debian source tree has them.
+BORROWED = ("keycodemapdb", "berkeley-softfloat-3", "berkeley-testfloat-3")
+#: keymap-gen's subcommands: the wrapper moves the first one it sees to the front.
+KEYMAP_COMMANDS = ("code-map", "code-table", "name-map", "name-table", "code-docs", "name-docs")
+KEYMAP_WRAPPER = f"""#!/usr/bin/env python3
+# added by virtio9p-harness. This QEMU passes --lang/--varname before the subcommand, which
+# keymap-gen since 2022 wants first; and its QKeyCode enum (qapi/ui.json) lacks keys that
+# keymaps.csv since then maps: their cells are emptied (unmapped) in a copy of the table.
+import csv, hashlib, os, re, sys, tempfile
+commands = {set(KEYMAP_COMMANDS)!r}
+here = os.path.dirname(os.path.abspath(__file__))
+args = sys.argv[1:]
+command = [a for a in args if a in commands][:1]
+args = [a for a in args if a not in command]
+ui_json = os.path.join(here, "..", "..", "..", "qapi", "ui.json")
+table = [a for a in args if a.endswith("keymaps.csv")]
+if table and os.path.exists(ui_json):
+    enum = re.search(r"'enum': 'QKeyCode',(.*?)\\]", open(ui_json).read(), re.S)
+    known = set(re.findall(r"'([a-z0-9_]+)'", enum.group(1))) if enum else set()
+    rows = list(csv.reader(open(table[0], newline="")))
+    column = rows[0].index("QEMU QKeyCode")
+    for row in rows[1:]:
+        if len(row) > column and row[column] and row[column].lower() not in known:
+            row[column] = ""
+    digest = hashlib.sha256(repr(rows).encode()).hexdigest()[:12]
+    copy = os.path.join(tempfile.gettempdir(), f"v9p-keymaps-{{digest}}.csv")
+    with open(copy + ".part", "w", newline="") as out:
+        csv.writer(out).writerows(rows)
+    os.replace(copy + ".part", copy)
+    args = [copy if a == table[0] else a for a in args]
+real = os.path.join(here, "keymap-gen.real")
+os.execv(sys.executable, [sys.executable, real, *command, *args])
+"""
+
+
+def resolve(repo: Path, ref: str) -> str:
+    """The full commit hash ``ref`` names in ``repo``."""
+    if not (repo / "HEAD").exists() and not (repo / ".git").exists():
+        raise ProvisionError(f"{repo} is not a git repository (set --repo or $V9P_QEMU_GIT to a QEMU clone)")
+    done = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise ProvisionError(f"{ref!r} names no commit in {repo}")
+    return done.stdout.strip()
+
+
+def export(repo: Path, commit: str, dest: Path, donor: Path | None, log: Path) -> Path:
+    """``commit``'s files in ``dest``, with what its configure and build need filled in."""
+    dest.mkdir(parents=True)
+    with open(log, "a") as out:
+        archive = subprocess.Popen(["git", "-C", str(repo), "archive", commit], stdout=subprocess.PIPE, stderr=out)
+        unpacked = subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, stderr=out, check=False)
+        if archive.wait() != 0 or unpacked.returncode != 0:
+            raise ProvisionError(f"git archive {commit} | tar -x failed; log {log}")
+    for name in BORROWED:
+        for place in _places(dest, name):
+            if not any(place.iterdir()) if place.is_dir() else True:
+                _borrow(name, place, donor)
+    if _keymap_options_first(dest):
+        _wrap_keymap_gen(dest)
+    return dest
+
+
+def _places(tree: Path, name: str) -> list[Path]:
+    """Where ``tree`` wants submodule or subproject ``name``: its .gitmodules' path for it, else
+    ``subprojects/NAME`` where a wrap file names it."""
+    modules = tree / ".gitmodules"
+    paths = re.findall(r"^\s*path\s*=\s*(\S+)", modules.read_text(), re.MULTILINE) if modules.exists() else []
+    found = [tree / p for p in paths if Path(p).name == name]
+    if not found and (tree / "subprojects" / f"{name}.wrap").exists():
+        found = [tree / "subprojects" / name]
+    return found
+
+
+def _borrow(name: str, place: Path, donor: Path | None) -> None:
+    source = donor / "subprojects" / name if donor else None
+    if source is None or not source.is_dir():
+        raise ProvisionError(
+            f"this tree needs {name} (a git submodule or meson subproject, which git archive leaves out) and "
+            "there is no donor to copy it from: build Debian's QEMU first (`python -m harness qemu build trixie`, "
+            "whose source tree has it)"
+        )
+    if place.exists():
+        place.rmdir()
+    shutil.copytree(source, place, symlinks=True)
+
+
+def _keymap_options_first(tree: Path) -> bool:
+    """Whether this QEMU calls keymap-gen the pre-2022 way (``--lang glib2 ... code-map``)."""
+    for build_file in (tree / "ui" / "meson.build", tree / "Makefile"):
+        text = build_file.read_text() if build_file.exists() else ""
+        if "--lang" in text and "code-map" in text:
+            return text.index("--lang") < text.index("code-map")
+    return False
+
+
+def _wrap_keymap_gen(tree: Path) -> None:
+    tools = next(p for p in _places(tree, "keycodemapdb")) / "tools"
+    (tools / "keymap-gen").rename(tools / "keymap-gen.real")
+    (tools / "keymap-gen").write_text(KEYMAP_WRAPPER)
+    (tools / "keymap-gen").chmod(0o755)
+
+
+def donor(root: Path) -> Path | None:
+    """A Debian source tree in the cache (``qemu-*-debian-*/src``), the newest, or None."""
+    trees = sorted((p for p in root.glob("qemu-*-debian-*/src") if (p / "subprojects" / "keycodemapdb").is_dir()),
+                   key=lambda p: p.stat().st_mtime)  # fmt: skip
+    return trees[-1] if trees else None
+
+
+def meson_flag(tree: Path, root: Path, log: Path) -> list[str]:
+    """``--meson=M`` for a meson-era tree that carries its meson as a submodule and builds no venv
+    of its own (5.2 to 8.0): the version its configure asks for, from PyPI, once per version."""
+    configure = (tree / "configure").read_text(errors="replace")
+    if (tree / "python" / "scripts" / "mkvenv.py").exists() or "--meson=" not in configure:
+        return []
+    if (tree / "meson" / "meson.py").exists():
+        return []
+    wanted = re.search(r'version_ge "\$\(\$?meson --version\)" ([0-9.]+)', configure)
+    if wanted is None:
+        wanted = re.search(r"meson_version:\s*'>=\s*([0-9.]+)'", (tree / "meson.build").read_text())
+    if wanted is None:
+        raise ProvisionError(f"{tree}: cannot tell which meson this QEMU wants")
+    version = wanted.group(1)
+    venv = root / f"meson-{version}"
+    meson = venv / "bin" / "meson"
+    if not (venv / ".installed").exists():
+        shutil.rmtree(venv, ignore_errors=True)
+        sh([sys.executable, "-m", "venv", str(venv)], log)
+        sh([str(venv / "bin" / "python3"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+            f"meson=={version}"], log)  # fmt: skip
+        (venv / ".installed").touch()
+    return [f"--meson={meson}"]
+
+
+def make(build_dir: Path, log: Path) -> Path:
+    """Build a pre-meson tree's x86_64 system emulator (QEMU < 5.2); the binary."""
+    jobs = str(len(os.sched_getaffinity(0)))
+    sh(["make", f"-j{jobs}", "x86_64-softmmu/all"], log, cwd=build_dir)
+    return build_dir / "x86_64-softmmu" / "qemu-system-x86_64"
