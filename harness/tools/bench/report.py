@@ -72,9 +72,27 @@ def _spread(rounds: list[Table], index: int) -> tuple[Any, Any, Any]:
     return min(samples), statistics.median(samples), max(samples)
 
 
+#: what a ratio cell says when the rounds cannot tell two variants apart
+NOISE = "noise"
+
+
+def ratio(base: Sequence[float], other: Sequence[float]) -> str:
+    """``other``'s median over ``base``'s, where the rounds tell them apart: every round of one
+    is below every round of the other. Where their ranges overlap the run's own noise is as large
+    as the difference, and the cell says :data:`NOISE` instead of a ratio; one round each shows no
+    noise at all, so the ratio says so."""
+    if not base or not other or not statistics.median(base):
+        return "-"
+    shown = f"{statistics.median(other) / statistics.median(base):.2f}"
+    if len(base) < 2 or len(other) < 2:
+        return f"{shown} (1 round)"
+    apart = max(other) < min(base) or min(other) > max(base)
+    return shown if apart else NOISE
+
+
 def comparison(results: dict[Variant, list[Table]]) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Headers and rows: per variant the compared value's median, min and max and the CPU split,
-    then each variant's median over A's."""
+    then each variant's median over A's (:func:`ratio`: or "noise")."""
     variants = list(results)
     first = results[variants[0]][0]
     letters = [chr(65 + i) for i in range(len(variants))]
@@ -87,13 +105,13 @@ def comparison(results: dict[Variant, list[Table]]) -> tuple[list[str], list[tup
     rows = []
     for index, row in enumerate(first.rows):
         cells: list[Any] = [row[key] for key in first.keys]
-        medians = []
+        samples = []
         for variant in variants:
             low, middle, high = _spread(results[variant], index)
-            medians.append(middle)
+            samples.append([t.rows[index][t.compare] for t in results[variant]])
             whole = merged(results[variant]).rows[index]
             cells += [middle, low, high, *(whole[column] for column in shown)]
-        cells += [f"{m / medians[0]:.2f}" if medians[0] else "-" for m in medians[1:]]
+        cells += [ratio(samples[0], other) for other in samples[1:]]
         rows.append(tuple(cells))
     return headers, rows
 
