@@ -78,7 +78,11 @@ def test_bench_rtt_both_paths_interleaved(tmp_path: Path, qemu_under_test: QemuU
         assert len(row) == 1 + 2 * 6 + 1
         for at in (1, 7):
             assert float(row[at + 1]) <= float(row[at]) <= float(row[at + 2])
-        assert float(row[-1]) == pytest.approx(float(row[7]) / float(row[1]), abs=0.01)
+        # a ratio only where the two rounds of each lie apart; "noise" where their ranges overlap
+        overlap = float(row[8]) <= float(row[3]) and float(row[2]) <= float(row[9])
+        assert (
+            row[-1] == "noise" if overlap else float(row[-1]) == pytest.approx(float(row[7]) / float(row[1]), abs=0.01)
+        )
     data = json.loads((tmp_path / "r.json").read_text())
     assert [v["guest_memory"] for v in data["variants"]] == ["shared", "qtest"]
     assert all(len(rounds) == 2 for rounds in data["rounds"])
@@ -90,7 +94,8 @@ def test_bench_quick_writes_table_json_and_png(tmp_path: Path, qemu_under_test: 
     out = run("bench", bench, "--quick", "--qemu", binary, "--qemu", binary,
               "--json", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png"))  # fmt: skip
     rows = table_rows(out)
-    assert rows and all(float(row[-1]) > 0 for row in rows)  # the B/A ratio column
+    # the B/A ratio column: one round each shows no noise, and says so
+    assert rows and all(row[-1].endswith(" (1 round)") and float(row[-1].split()[0]) > 0 for row in rows)
     data = json.loads((tmp_path / "r.json").read_text())
     assert [v["binary"] for v in data["variants"]] == [binary, binary]
     assert all(len(rounds) == 1 and len(rounds[0]) == len(rows) for rounds in data["rounds"])
@@ -313,3 +318,70 @@ def test_the_plot_takes_its_x_axis_from_the_data() -> None:
     assert x_axis(rtt) == "measurement"
     with pytest.raises(ValueError, match="not of the columns"):  # a row is keyed by every column, by name
         rtt.add({"measurement": "x"})
+
+
+def test_bench_releases_quick_on_two_binaries(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """``bench releases --quick`` on two binaries (the QEMU under test and a copy of it, a second
+    file the command cannot tell from another release): every measure's table has each row once per
+    release, in version order, the first without a ratio; the JSON prints the same text again; one
+    PNG per measure."""
+    from harness.tools.bench import releases
+
+    copy = tmp_path / "copy" / "qemu-system-x86_64"
+    copy.parent.mkdir()
+    copy.write_bytes(qemu_under_test.binary.read_bytes())
+    copy.chmod(0o755)
+    out = run("bench", "releases", "--quick", "--qemu", str(qemu_under_test.binary), "--qemu", str(copy),
+              "--json", str(tmp_path / "r.json"), "--plot-dir", str(tmp_path / "plots"))  # fmt: skip
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert releases.releases_text(data) in out
+    version = qemu_under_test.probe.version
+    assert [r["version"] for r in data["releases"]] == [version, version]
+    for measure in releases.MEASURES:
+        assert f"{measure.name}: " in out
+        lines = releases._lines(data, measure)
+        assert lines and len(lines) % 2 == 0
+        for first, second in zip(lines[::2], lines[1::2], strict=True):
+            assert first["row"] == second["row"] and first["vs before"] == ""
+            assert second["vs before"].endswith("(1 round)")  # one round: no noise to judge by
+            assert first["min"] <= first["median"] <= first["max"] and first["cpu"] >= 0
+        png = tmp_path / "plots" / f"bench-releases-{measure.name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "- none" in out  # one round each: nothing is told apart
+
+
+def test_bisect_step_exit_rule() -> None:
+    """The exit status ``git bisect run`` reads: 1 only where the rounds lie apart and the change
+    reaches the threshold, in the direction asked for; a rate falls where a time grows."""
+    from harness.tools.bench.bisect import decide
+
+    fast, slow = [1.0, 1.1, 1.05], [3.0, 3.2, 2.9]
+    assert decide(fast, slow, higher_is_better=False, threshold=2.0)[0] == 1  # a listing took 3x as long
+    assert decide(fast, slow, higher_is_better=False, threshold=4.0)[0] == 0  # below the threshold
+    assert decide(slow, fast, higher_is_better=False, threshold=2.0)[0] == 0  # faster is not "slower"
+    assert decide(slow, fast, higher_is_better=False, threshold=2.0, when="faster")[0] == 1
+    assert decide(slow, fast, higher_is_better=True, threshold=2.0)[0] == 1  # a rate fell to a third
+    assert decide([1.0, 3.0], [2.9, 6.5], higher_is_better=False, threshold=2.0) == (
+        0, "2.35x the reference, within the noise; slower by 2.35, threshold 2.0",
+    )  # fmt: skip
+
+
+def test_bisect_step_skips_a_binary_it_cannot_measure(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """A commit whose QEMU does not run is skipped (125), not judged; a binary measured against
+    itself is the same speed (0); a reference that does not run stops the bisection (255)."""
+    broken = tmp_path / "qemu-system-x86_64"
+    broken.write_text("#!/bin/sh\nexit 1\n")
+    broken.chmod(0o755)
+    binary = str(qemu_under_test.binary)
+
+    def step(tested: str, reference: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "harness", "bench", "bisect-step", "--quick", "--rounds", "2", "--threshold",
+                "10", "--qemu-binary", tested, "--reference", reference, "--row", "local 20 8192 8181"]  # fmt: skip
+        return subprocess.run(argv, cwd=PROJECT, capture_output=True, text=True, timeout=300, check=False)
+
+    skipped = step(str(broken), binary)
+    assert skipped.returncode == 125, skipped.stdout + skipped.stderr
+    same = step(binary, binary)
+    assert same.returncode == 0 and "bisect-step: exit 0: local 20 8192 8181:" in same.stdout, same.stdout + same.stderr
+    stopped = step(binary, str(broken))
+    assert stopped.returncode == 255 and "git bisect run stops" in stopped.stderr

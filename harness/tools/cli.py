@@ -5,6 +5,7 @@ python -m harness qemu path [ORIGIN]             print the binary the harness wo
 python -m harness qemu list                      the builds in the cache
 python -m harness doctor [--qemu-binary B]       what the harness sees, as a table
 python -m harness bench rtt [--qemu-binary B]    qtest and 9P round trips per second
+python -m harness bench releases [--qemu B ...]   readdir, io and rtt across QEMU releases, interleaved
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ def _add_qemu(sub: Any) -> None:
     which = build.add_mutually_exclusive_group()
     which.add_argument("origin", nargs="?", default=None, help=f"a Debian suite: {origins}")
     which.add_argument("--source", metavar="DIR|TARBALL", help="a QEMU source tree or tarball of your own")
+    which.add_argument(
+        "--git", metavar="REF", help="any commit of a QEMU git repository (a tag: v5.2.0), 5.1 on; see --repo"
+    )
+    build.add_argument(
+        "--repo", metavar="DIR", default=os.environ.get("V9P_QEMU_GIT"),
+        help="the QEMU git repository --git reads (default: $V9P_QEMU_GIT)",
+    )  # fmt: skip
     kind = build.add_mutually_exclusive_group()
     kind.add_argument("--gcov", action="store_true", help="with coverage counters (configure --enable-gcov)")
     kind.add_argument(
@@ -103,6 +111,27 @@ def _add_bench(sub: Any) -> None:
         help="also copy every payload into and out of guest memory per request, as the cases do, besides the "
         "default resident payloads (written into guest memory once, in one descriptor and in 4 KiB pages)",
     )  # fmt: skip
+    releases = bench_sub.add_parser(
+        "releases", help="readdir, io and rtt over several QEMUs (every cached build, or --qemu ...), interleaved"
+    )
+    idle(releases)
+    releases.add_argument("--qemu", action="append", help="a binary to measure (repeat); default: every cached build")
+    releases.add_argument("--rounds", type=int, default=3, help="rounds per binary, interleaved (default 3)")
+    releases.add_argument("--quick", action="store_true", help="smoke mode: tiny directories and files, 1 round")
+    releases.add_argument("--json", help="write the results, every round, to this file")
+    releases.add_argument("--plot-dir", help="draw one PNG per measure into this directory (needs matplotlib)")
+    step = bench_sub.add_parser(
+        "bisect-step", help="one `git bisect run` step over a speed change: exit 0 same speed, 1 changed, 125 skip"
+    )
+    idle(step)
+    step.add_argument("--qemu-binary", required=True, help="the build of the commit under test")
+    step.add_argument("--reference", required=True, help="a build of the bisection's good end")
+    step.add_argument("--measure", choices=("readdir", "io", "rtt"), default="readdir")
+    step.add_argument("--row", required=True, help="the row, as `bench releases` names it: 'local 2000 262144 262133'")
+    step.add_argument("--threshold", type=float, default=2.0, help="the factor that counts as changed (default 2)")
+    step.add_argument("--when", choices=("slower", "faster"), default="slower", help="exit 1 when slower (default)")
+    step.add_argument("--rounds", type=int, default=3, help="rounds of each binary, interleaved (default 3)")
+    step.add_argument("--quick", action="store_true", help="smoke mode: the measure's quick settings")
     suite = bench_sub.add_parser("suite", help="QEMU's 27 cases: our pytest run against QEMU's qos-test")
     idle(suite)
     suite.add_argument("--qemu-binary")
@@ -309,7 +338,10 @@ def _qemu(args: argparse.Namespace) -> int:
 
     if args.action == "build":
         variant = "gcov" if args.gcov else build.sanitize_variant(args.sanitize) if args.sanitize else ""
-        print(provision.build(args.source or args.origin or build.DEFAULT_ORIGIN, variant=variant))
+        if args.git and not args.repo:
+            raise ProvisionError("--git needs a QEMU git repository: --repo DIR or $V9P_QEMU_GIT")
+        origin = build.git_origin(Path(args.repo), args.git) if args.git else args.source or args.origin
+        print(provision.build(origin or build.DEFAULT_ORIGIN, variant=variant))
         return 0
     if args.action == "path" and args.origin:
         binary = provision.cached_build(origin=args.origin)
@@ -330,6 +362,21 @@ def _qemu(args: argparse.Namespace) -> int:
 
 
 def _bench_kind(args: argparse.Namespace) -> int:
+    if args.bench == "bisect-step":
+        from harness.tools.bench.bisect import bisect_step
+
+        try:
+            return bisect_step(Path(args.qemu_binary), Path(args.reference), args.measure, args.row, args.threshold,
+                               max(2, args.rounds), args.when, args.quick)  # fmt: skip
+        except HarnessError as err:  # 2 would read as "bad" to git bisect: 255 stops it instead
+            print(f"error: {err} (exit 255: git bisect run stops)", file=sys.stderr)
+            return 255
+    if args.bench == "releases":
+        from harness.qemu import provision
+        from harness.tools.bench.releases import bench_releases, cached_releases
+
+        binaries = [provision.find_qemu(name)[0] for name in args.qemu or []] or cached_releases()
+        return bench_releases(binaries, 1 if args.quick else args.rounds, args.quick, args.json, args.plot_dir)
     if args.bench == "suite":
         from harness.tools.bench.suite import bench_suite, bench_whole_suite
 

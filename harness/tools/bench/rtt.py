@@ -130,7 +130,12 @@ def _rtt_row(name: str, count: int, per_second: float, round_trips: int, cpu: Cp
     }
 
 
-def rtt_table(variant: Variant, transport: Transport, seconds: float) -> Table:
+def rtt_table(
+    variant: Variant, transport: Transport, seconds: float, depths: Sequence[int] = DEPTHS, client_rows: bool = True
+) -> Table:
+    """``bench rtt``'s rows: with ``client_rows``, the qtest and session round trips (the harness's
+    rate); the load generator's Tgetattr, Tstatfs and Treaddir at each of ``depths`` in flight (the
+    server's); the local export's namespace rows."""
     values = ["ops", "ops/s", "µs/op", "socket writes/op", QEMU_PER_OP, *CPU_COLUMNS]
     table = Table("round trips", ["measurement"], values, compare="ops/s", also=[QEMU_PER_OP])
     with connect(machine_config(variant, SynthFs(), transport)) as conn:
@@ -153,6 +158,7 @@ def rtt_table(variant: Variant, transport: Transport, seconds: float) -> Table:
         steps += [("9P Tgetattr on the root, sequential", sequential)]
         windows = {k: Slots(session, getattrs(k)) for k in DEPTHS}
         steps += [(f"9P Tgetattr, {k} in flight (indirect)", window.step) for k, window in windows.items()]
+        steps = steps if client_rows else []
         for name, step in steps:
             _timed_row(table, conn.machine, name, seconds, step)
             # each row starts on an idle queue: a window's leftovers beside the next, larger window
@@ -166,7 +172,7 @@ def rtt_table(variant: Variant, transport: Transport, seconds: float) -> Table:
             ("Tstatfs", Tstatfs(fid=0)),
             ("Treaddir of 100 entries", Treaddir(fid=listing, offset=0, count=LOAD_REPLY - wire.RREADDIR_HEADER)),
         ]
-        for (kind, request), k in itertools.product(kinds, DEPTHS):  # the server's rate: per request
+        for (kind, request), k in itertools.product(kinds, depths):  # the server's rate: per request
             before = qt.round_trips  # the harness only puts an avail entry back on the ring
             cpu = CpuSplit(conn.machine)
             count, per_second = keep_in_flight(conn.channel, request, k, seconds, timed=cpu.measuring)

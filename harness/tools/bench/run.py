@@ -100,13 +100,21 @@ class Run:
     def interleave(self, measure: Callable[[Variant], Table], what: str) -> None:
         for _ in range(self.rounds):
             for variant in self.variants:
-                if variant in self.failed:
-                    continue
-                try:
-                    self.results[variant].append(measure(variant))
-                except HarnessError as err:
-                    self.failed[variant] = str(err)
-                    print(f"bench {what} on {variant.label()} failed: {err}", file=sys.stderr)
+                self.measure_once(variant, measure, what)
+
+    def measure_once(self, variant: Variant, measure: Callable[[Variant], Table], what: str) -> None:
+        """One round of ``variant``, unless it failed before: a failure is kept, with why."""
+        if variant in self.failed:
+            return
+        try:
+            self.results[variant].append(measure(variant))
+        except HarnessError as err:
+            self.failed[variant] = str(err)
+            try:
+                name = variant.label()
+            except HarnessError:  # a binary that cannot even say its version
+                name = str(variant.binary)
+            print(f"bench {what} on {name} failed: {err}", file=sys.stderr)
 
     def report(self, json_path: str | None, plot_path: str | None) -> int:
         """Print the table (and write ``--json``/``--plot``); 1 if a variant has no results."""

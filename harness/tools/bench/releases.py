@@ -1,0 +1,254 @@
+"""``bench releases``: Treaddir, file I/O and round trips over a set of QEMU binaries (every cached
+build, one per version, or the ones named), measured round by round and interleaved: round 1 of
+every measure on every binary, then round 2, so that a machine's drift falls on all of them alike.
+
+Each measure's table has one line per row and release, the releases in version order: the
+median over the rounds with its min and max, QEMU's CPU time per request (what the request cost
+the server, however fast the client drove it), and the ratio to the release before it, which is
+printed only where the rounds tell the two apart (``report.ratio``: "noise" otherwise). The
+changes list names each such step; ``--plot-dir`` draws one figure per measure.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import json
+import os
+import platform
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from harness.errors import HarnessError
+from harness.qemu import build, provision, versions
+from harness.tools.bench.io import io_table
+from harness.tools.bench.readdir import QEMU_PER_LISTING, readdir_export, readdir_table
+from harness.tools.bench.report import NOISE, Table, ratio
+from harness.tools.bench.rtt import rtt_table
+from harness.tools.bench.run import Run, Steal, load
+from harness.tools.bench.variant import QEMU_PER_OP, Variant, home
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How much each measure does: the full run, or ``--quick`` (a smoke test of the command)."""
+
+    files: int = 2000
+    msize: int = 256 << 10
+    runs: int = 20
+    io_mib: int = 64
+    io_msize: int = 1 << 20
+    seconds: float = 1.0
+    depths: tuple[int, ...] = (1, 32)
+
+    @classmethod
+    def quick(cls) -> Settings:
+        return cls(files=20, msize=8192, runs=2, io_mib=2, io_msize=8192, seconds=0.1, depths=(1,))
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One of the three benches as this command runs it, and the column of QEMU's CPU per request."""
+
+    name: str
+    table: Callable[[Variant, Settings, Path], Table]
+    #: the name of QEMU's CPU per request, and how a row gives it
+    cpu: str
+    cpu_of: Callable[[dict[str, Any]], float]
+    #: a larger value of the compared column is better (a rate), not worse (a time)
+    higher_is_better: bool
+
+
+def _readdir(variant: Variant, settings: Settings, export: Path) -> Table:
+    # synth's 100 entries and a local directory, each listed whole: count = msize - 11
+    return readdir_table(variant, [settings.files], [settings.msize], settings.runs, [], export)
+
+
+def _io(variant: Variant, settings: Settings, export: Path) -> Table:
+    return io_table(variant, settings.io_mib << 20, [settings.io_msize], ["resident"])
+
+
+def _rtt(variant: Variant, settings: Settings, export: Path) -> Table:
+    return rtt_table(variant, "modern", settings.seconds, settings.depths, client_rows=False)
+
+
+def _io_cpu(row: dict[str, Any]) -> float:
+    """QEMU's CPU µs per MiB moved (written, then read), from its share of the row's wall time."""
+    return round(float(row["QEMU CPU %"]) / 100 * float(row["wall s"]) * 1e6 / (2 * float(row["MiB"])), 1)
+
+
+MEASURES = (
+    Measure("readdir", _readdir, QEMU_PER_LISTING, lambda row: row[QEMU_PER_LISTING], higher_is_better=False),
+    Measure("io", _io, "QEMU CPU µs/MiB", _io_cpu, higher_is_better=True),
+    Measure("rtt", _rtt, QEMU_PER_OP, lambda row: row[QEMU_PER_OP], higher_is_better=True),
+)
+
+#: which cached build stands for a version when several have it: a Debian source package, then a
+#: git commit, then a tarball, then a source tree (a patched master is a tree; master is a tarball)
+PREFERENCE = ("debian:", "git:", "tarball", "source:")
+
+
+def cached_releases(root: Path | None = None) -> list[Path]:
+    """Every plain build in the cache, one per version (:data:`PREFERENCE`), in version order."""
+    chosen: dict[str, tuple[int, Path]] = {}
+    for found in build.builds(root or provision.cache_root()):
+        if found.variant or not found.binary.is_file():
+            continue
+        origin = found.origin
+        kind = "tarball" if origin.startswith("source:") and Path(origin[7:]).is_file() else origin.split(":")[0] + ":"
+        rank = PREFERENCE.index(kind) if kind in PREFERENCE else len(PREFERENCE)
+        if found.version not in chosen or rank < chosen[found.version][0]:
+            chosen[found.version] = (rank, found.binary)
+    return [chosen[v][1] for v in sorted(chosen, key=versions.parse)]
+
+
+def _measuring(measure: Measure, settings: Settings, export: Path) -> Callable[[Variant], Table]:
+    return lambda variant: measure.table(variant, settings, export)
+
+
+def bench_releases(
+    binaries: Sequence[Path], rounds: int, quick: bool, json_path: str | None, plot_dir: str | None
+) -> int:
+    """Measure, print the tables and the changes, write ``--json`` and the plots; 1 if a binary
+    failed (the others' results are still printed)."""
+    if len(binaries) < 2:
+        raise HarnessError("bench releases compares binaries: name two or more (--qemu), or build them first")
+    order = sorted(binaries, key=lambda b: versions.parse(provision.probe_cached(b).version))
+    variants = [Variant(binary, "shared", slot) for slot, binary in enumerate(order)]
+    settings = Settings.quick() if quick else Settings()
+    steal = Steal.since_now()
+    runs = {measure.name: Run(variants, rounds, steal) for measure in MEASURES}
+    with readdir_export() as export:
+        for _ in range(max(1, rounds)):
+            for variant in variants:
+                for measure in MEASURES:
+                    runs[measure.name].measure_once(variant, _measuring(measure, settings, export), measure.name)
+    failed = {v for run in runs.values() for v in run.failed}
+    kept = [v for v in variants if v not in failed]
+    if len(kept) < 2:
+        raise HarnessError("fewer than two binaries measured: nothing to compare (above: why)")
+    data = record(runs, kept, settings, steal)
+    print(releases_text(data))
+    if json_path:
+        Path(json_path).write_text(json.dumps(data, indent=1) + "\n")
+        print(f"wrote {json_path}")
+    if plot_dir:
+        for path in plot(data, Path(plot_dir)):
+            print(f"wrote {path}")
+    steal.warn()
+    return 1 if failed else 0
+
+
+def record(runs: dict[str, Run], variants: list[Variant], settings: Settings, steal: Steal) -> dict[str, Any]:
+    """What ``--json`` keeps: per measure, per release, every round's rows."""
+    return {
+        "bench": "releases",
+        "releases": [{"version": provision.probe_cached(v.binary).version, "binary": home(v.binary)} for v in variants],
+        "settings": settings.__dict__ | {"depths": list(settings.depths)},
+        "host": platform.node(),
+        "machine": f"{os.cpu_count()} CPUs, {load(steal)}",
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "measures": {
+            name: {
+                "title": run.results[variants[0]][0].title,
+                "keys": run.results[variants[0]][0].keys,
+                "compare": run.results[variants[0]][0].compare,
+                "rounds": [[t.rows for t in run.results[v]] for v in variants],
+            }
+            for name, run in runs.items()
+        },
+    }
+
+
+def _lines(data: dict[str, Any], measure: Measure) -> list[dict[str, Any]]:
+    """One line per row and release: median, min, max, QEMU's CPU per request, against the release before."""
+    shape = data["measures"][measure.name]
+    compare, keys = shape["compare"], shape["keys"]
+    lines = []
+    for index, row in enumerate(shape["rounds"][0][0]):
+        name = " ".join(str(row[k]) for k in keys)
+        before: list[float] = []
+        for release, rounds in zip(data["releases"], shape["rounds"], strict=True):
+            samples = [r[index][compare] for r in rounds]
+            lines.append({
+                "row": name, "release": release["version"], "median": round(statistics.median(samples), 3),
+                "min": min(samples), "max": max(samples),
+                "cpu": round(statistics.median(measure.cpu_of(r[index]) for r in rounds), 1),
+                "vs before": ratio(before, samples) if before else "",
+            })  # fmt: skip
+            before = samples
+    return lines
+
+
+def changes(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """(measure, row, from, to, ratio) for each step between releases the rounds tell apart."""
+    found = []
+    for measure in MEASURES:
+        lines = _lines(data, measure)
+        for earlier, later in itertools.pairwise(lines):
+            step = later["vs before"]
+            if earlier["row"] == later["row"] and step not in ("", NOISE, "-") and "round" not in step:
+                direction = (float(step) > 1) == measure.higher_is_better
+                verdict = "faster" if direction else "slower"
+                found.append((measure.name, later["row"], earlier["release"], later["release"], f"{step} ({verdict})"))
+    return found
+
+
+def releases_text(data: dict[str, Any]) -> str:
+    """What the command prints, and docs/speed.md quotes (a self-test keeps them equal)."""
+    rounds = len(next(iter(data["measures"].values()))["rounds"][0])
+    names = ", ".join(r["version"] for r in data["releases"])
+    parts = [f"bench releases — {names}; {rounds} round(s), interleaved; {data['machine']}"]
+    for measure in MEASURES:
+        shape = data["measures"][measure.name]
+        headers = ["row", "release", f"{shape['compare']} (median)", "min", "max", measure.cpu, "vs release before"]
+        rows = [[line[k] for k in ("row", "release", "median", "min", "max", "cpu", "vs before")]
+                for line in _lines(data, measure)]  # fmt: skip
+        parts += ["", f"{measure.name}: {shape['title']}", tabulate(rows, headers=headers, tablefmt="github")]
+    found = changes(data)
+    parts += ["", "changes beyond the noise (every round of one release on one side of every round of the other):"]
+    parts += [f"- {m}, {row}: {a} -> {b}: {r}" for m, row, a, b, r in found] or ["- none"]
+    return "\n".join(parts)
+
+
+def plot(data: dict[str, Any], where: Path) -> list[Path]:
+    """One PNG per measure: the compared value per release (median, min-max bars) above, QEMU's
+    CPU per request below, one line per row."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        raise HarnessError("--plot-dir needs matplotlib: pip install -e '.[plot]' (make venv installs it)") from err
+    where.mkdir(parents=True, exist_ok=True)
+    written = []
+    releases = [r["version"] for r in data["releases"]]
+    for measure in MEASURES:
+        lines = _lines(data, measure)
+        figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+        for row in dict.fromkeys(line["row"] for line in lines):
+            mine = [line for line in lines if line["row"] == row]
+            x = range(len(mine))
+            medians = [line["median"] for line in mine]
+            bars = [[m - line["min"] for m, line in zip(medians, mine, strict=True)],
+                    [line["max"] - m for m, line in zip(medians, mine, strict=True)]]  # fmt: skip
+            top.errorbar(x, medians, yerr=bars, marker="o", capsize=3, label=row)
+            bottom.plot(x, [line["cpu"] for line in mine], marker="o", label=row)
+        shape = data["measures"][measure.name]
+        top.set_ylabel(shape["compare"])
+        top.set_title(f"{shape['title']}, per release")
+        top.legend(fontsize=6)
+        bottom.set_ylabel(measure.cpu)
+        bottom.set_xticks(range(len(releases)), releases, rotation=45, fontsize=7)
+        figure.tight_layout()
+        path = where / f"bench-releases-{measure.name}.png"
+        figure.savefig(path, dpi=100)
+        plt.close(figure)
+        written.append(path)
+    return written
