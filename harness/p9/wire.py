@@ -3,7 +3,7 @@
 Each message is one frozen dataclass in :mod:`harness.p9.messages` whose annotated fields are its
 wire layout (``fid: U32``, ``wnames: Names``), registered by :func:`message` under its type number;
 the registry refuses a duplicate type or name, as gVisor's ``pkg/p9`` does.  From that one table
-come the construct codec (compiled), the encoder and decoder, the names, the T→R pairing
+come the construct codec (compiled; the field kinds and layouts are :mod:`harness.p9.layout`), the encoder and decoder, the names, the T→R pairing
 (``Twalk`` is a ``TMessage[Rwalk]``, so ``session.rpc(Twalk(...))`` is an ``Rwalk`` to mypy),
 trace printing, the malformed catalogue and the REPL's field lists.  Qid, Dirent and the rest are
 typed records built the same way.
@@ -19,26 +19,21 @@ session's ``send_raw`` sends any bytes.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import functools
 import inspect
 import struct
-import sys
 import typing
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, ClassVar, Generic, TypeVar
 
 from construct import (
-    Adapter,
     Construct,
     ConstructError,
     FocusedSeq,
-    GreedyBytes,
     GreedyRange,
     Int8ul,
     Int16ul,
     Int32ul,
-    Int64ul,
     Prefixed,
     PrefixedArray,
     Struct,
@@ -46,6 +41,25 @@ from construct import (
 )
 
 from harness.errors import P9ProtocolError, errno_name
+from harness.p9.layout import STR as STR
+from harness.p9.layout import U8 as U8
+from harness.p9.layout import U16 as U16
+from harness.p9.layout import U32 as U32
+from harness.p9.layout import U64 as U64
+from harness.p9.layout import Count as Count
+from harness.p9.layout import Data as Data
+from harness.p9.layout import Fid as Fid
+from harness.p9.layout import Layout, layout, layout_of
+from harness.p9.layout import Msize as Msize
+from harness.p9.layout import Names as Names
+from harness.p9.layout import NewFid as NewFid
+from harness.p9.layout import OpenFid as OpenFid
+from harness.p9.layout import Role as Role
+from harness.p9.layout import String as String
+from harness.p9.layout import StringCodec as StringCodec
+from harness.p9.layout import python_type as python_type
+from harness.p9.layout import record as record
+from harness.p9.layout import role as role
 
 DOTL, DOTU = "9P2000.L", "9P2000.u"
 NOTAG = 0xFFFF
@@ -79,176 +93,6 @@ AT_REMOVEDIR = 0x200
 #: Tsetattr's valid bits (a time bit without its _SET bit: the server's clock)
 SETATTR_MODE, SETATTR_UID, SETATTR_GID, SETATTR_SIZE = 0x1, 0x2, 0x4, 0x8
 SETATTR_ATIME, SETATTR_MTIME, SETATTR_CTIME, SETATTR_ATIME_SET, SETATTR_MTIME_SET = 0x10, 0x20, 0x40, 0x80, 0x100
-
-
-class StringCodec(Adapter):  # type: ignore[misc]
-    """``len[2]`` + bytes.  Decoded as UTF-8 with surrogateescape, so any byte string round-trips."""
-
-    def _decode(self, obj: bytes, context: Any, path: Any) -> str:
-        return obj.decode("utf-8", "surrogateescape")
-
-    def _encode(self, obj: str | bytes, context: Any, path: Any) -> bytes:
-        return obj if isinstance(obj, bytes) else obj.encode("utf-8", "surrogateescape")
-
-
-STR = StringCodec(Prefixed(Int16ul, GreedyBytes))
-
-# -- field types: a Python type annotated with its wire layout ------------------------------------
-
-U8 = Annotated[int, Int8ul]
-U16 = Annotated[int, Int16ul]
-U32 = Annotated[int, Int32ul]
-U64 = Annotated[int, Int64ul]
-String = Annotated[str, STR]
-#: ``count[4]`` then the bytes (Twrite, Rread)
-Data = Annotated[bytes, Prefixed(Int32ul, GreedyBytes)]
-#: ``nwname[2]`` then the names (Twalk)
-Names = Annotated[list[str], PrefixedArray(Int16ul, STR)]
-
-
-class Role(enum.Enum):
-    """What a number field means to the protocol, beside its layout: the malformed catalogue (and
-    anyone else) reads it from the declaration instead of guessing from field names."""
-
-    #: a fid the request uses (walked or attached)
-    FID = "fid"
-    #: a fid the request acts on through an open handle (Tread, Tlock, ...)
-    OPEN_FID = "open fid"
-    #: a fid the request makes
-    NEWFID = "newfid"
-    #: a byte count the client asks for
-    COUNT = "count"
-    #: the largest message the client offers
-    MSIZE = "msize"
-
-
-Fid = Annotated[int, Int32ul, Role.FID]
-OpenFid = Annotated[int, Int32ul, Role.OPEN_FID]
-NewFid = Annotated[int, Int32ul, Role.NEWFID]
-Count = Annotated[int, Int32ul, Role.COUNT]
-Msize = Annotated[int, Int32ul, Role.MSIZE]
-
-
-def python_type(message: type, field: str) -> Any:
-    """The Python type of a field: ``int`` for ``U32``, ``list[str]`` for ``Names``, the record's
-    class for ``Qid``."""
-    hint = _hints(message)[field]
-    return typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
-
-
-def role(message: type, field: str) -> Role | None:
-    """The :class:`Role` ``field`` of ``message`` is declared with, or None."""
-    hint = _hints(message)[field]
-    extras = typing.get_args(hint)[2:] if typing.get_origin(hint) is Annotated else ()
-    return next((extra for extra in extras if isinstance(extra, Role)), None)
-
-
-class _Layout:
-    """How a declared class maps to construct: its body, and the converters between construct's
-    containers and the class (identity for plain fields, nested for records and lists of them).
-    The converters are written out when first used: most processes use a handful of the
-    messages, and none pays at start for the rest."""
-
-    def __init__(
-        self, cls: type, body: Construct, fields: tuple[str, ...], decoders: Converters, encoders: Converters
-    ) -> None:
-        self.cls, self.body, self.fields = cls, body, fields
-        self.decoders, self.encoders = decoders, encoders
-
-    @functools.cached_property
-    def _both(self) -> tuple[Callable[[Any], Any], Callable[[Any], dict[str, Any]]]:
-        return _converters(self.cls, self.fields, self.decoders, self.encoders)  # written out once
-
-    @functools.cached_property
-    def from_wire(self) -> Callable[[Any], Any]:
-        return self._both[0]
-
-    @functools.cached_property
-    def to_wire(self) -> Callable[[Any], dict[str, Any]]:
-        return self._both[1]
-
-
-Converters = dict[str, Callable[[Any], Any]]
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    """``cls``'s annotations resolved in its module (a name each, as the table writes them): what
-    typing.get_type_hints(include_extras=True) gives, without its ~0.15 ms per class."""
-    scope = vars(sys.modules[cls.__module__])
-    return {
-        name: (scope[hint] if hint in scope else eval(hint, scope)) if isinstance(hint, str) else hint
-        for name, hint in inspect.get_annotations(cls).items()
-    }
-
-
-def _field_codec(hint: Any) -> tuple[Construct, Callable[[Any], Any] | None, Callable[[Any], Any] | None]:
-    """The construct of one annotated field and its (from_wire, to_wire) converters, None for identity."""
-    if typing.get_origin(hint) is Annotated:
-        base, codec = typing.get_args(hint)[:2]
-        if typing.get_origin(base) is list:
-            (item,) = typing.get_args(base)
-            if isinstance(item, type) and hasattr(item, "_layout"):
-                inner = item._layout
-                return codec, lambda xs: [inner.from_wire(x) for x in xs], lambda xs: [inner.to_wire(x) for x in xs]
-            return codec, list, None
-        return codec, None, None
-    if isinstance(hint, type) and hasattr(hint, "_layout"):
-        inner = hint._layout
-        return inner.body, inner.from_wire, inner.to_wire
-    raise TypeError(f"field annotation {hint!r} carries no wire layout")
-
-
-def _layout_of(cls: type, terminated: bool) -> _Layout:
-    hints = _hints(cls)
-    names, subcons = [], []
-    decoders: Converters = {}
-    encoders: Converters = {}
-    declared = getattr(cls, "__wire_fields__", None)  # a message's; a record is a dataclass
-    for name in declared if declared is not None else [f.name for f in dataclasses.fields(cls)]:
-        codec, dec, enc = _field_codec(hints[name])
-        names.append(name)
-        subcons.append(name / codec)
-        if dec:
-            decoders[name] = dec
-        if enc:
-            encoders[name] = enc
-    body = Struct(*subcons, Terminated) if terminated else Struct(*subcons)
-    return _Layout(cls, body, tuple(names), decoders, encoders)
-
-
-def _converters(
-    cls: type, names: tuple[str, ...], decoders: Converters, encoders: Converters
-) -> tuple[Callable[[Any], Any], Callable[[Any], dict[str, Any]]]:
-    """``from_wire(container) -> cls`` and ``to_wire(obj) -> dict`` as straight-line functions,
-    written out per class.  A decoded reply is made without the frozen dataclass's ``__init__``
-    (one ``object.__setattr__`` per field) by filling its ``__dict__`` in one call: Rgetattr's
-    21 fields in ~3 µs instead of ~8 through the dataclass __init__."""
-
-    def value(name: str, conv: dict[str, Callable[[Any], Any]], get: str) -> str:
-        return f"{name}_({get})" if name in conv else get
-
-    args = ", ".join(f"{n}={value(n, decoders, f'c[{n!r}]')}" for n in names)
-    items = ", ".join(f"{n!r}: {value(n, encoders, f'o.{n}')}" for n in names)
-    scope: dict[str, Any] = {}
-    code = f"def from_wire(c):\n    o = new(cls)\n    o.__dict__.update({args})\n    return o\n"
-    exec(code, {"cls": cls, "new": object.__new__, **{f"{n}_": f for n, f in decoders.items()}}, scope)
-    code = f"def to_wire(o):\n    return {{{items}}}\n"
-    exec(code, {f"{n}_": f for n, f in encoders.items()}, scope)
-    return scope["from_wire"], scope["to_wire"]
-
-
-_RecordT = TypeVar("_RecordT")
-
-
-def _layout(cls: type) -> _Layout:
-    layout: _Layout = getattr(cls, "_layout")  # noqa: B009  (set by record(), invisible to mypy)
-    return layout
-
-
-def record(cls: type[_RecordT]) -> type[_RecordT]:
-    """A typed record that appears inside messages (Qid, Dirent): its codec from its fields."""
-    setattr(cls, "_layout", _layout_of(cls, terminated=False))  # noqa: B010  (a class attribute mypy cannot see)
-    return cls
 
 
 @record
@@ -292,7 +136,7 @@ class Stat:
     n_muid: U32
 
 
-_layout(Stat).body = Prefixed(Int16ul, Struct(*_layout(Stat).body.subcons, Terminated))
+layout(Stat).body = Prefixed(Int16ul, Struct(*layout(Stat).body.subcons, Terminated))
 #: Twstat's "don't touch" value of every field (stat(5)): ~0 numbers, empty strings.
 DONT_TOUCH = Stat(
     type=0xFFFF, dev=0xFFFFFFFF, qid=Qid(0xFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF), mode=0xFFFFFFFF,
@@ -303,15 +147,15 @@ DONT_TOUCH = Stat(
 
 def stat_bytes(stat: Stat) -> bytes:
     """``stat`` as it travels: ``size[2]`` and the fields."""
-    built: bytes = _layout(Stat).body.build(_layout(Stat).to_wire(stat))
+    built: bytes = layout(Stat).body.build(layout(Stat).to_wire(stat))
     return built
 
 
 def parse_stats(data: bytes) -> list[Stat]:
     """The stat records of a 9P2000.u directory Tread's data, in order."""
     try:
-        parsed = GreedyRange(_layout(Stat).body).parse(data)
-        stats = [_layout(Stat).from_wire(item) for item in parsed]
+        parsed = GreedyRange(layout(Stat).body).parse(data)
+        stats = [layout(Stat).from_wire(item) for item in parsed]
     except (ConstructError, struct.error, ValueError) as err:
         raise P9ProtocolError(f"directory data of {len(data)} bytes is no sequence of stat records: {err}") from err
     if sum(len(stat_bytes(s)) for s in stats) != len(data):
@@ -319,12 +163,12 @@ def parse_stats(data: bytes) -> list[Stat]:
     return stats
 
 
-Qids = Annotated[list[Qid], PrefixedArray(Int16ul, _layout(Qid).body)]
+Qids = Annotated[list[Qid], PrefixedArray(Int16ul, layout(Qid).body)]
 #: construct compiles no GreedyRange, but one can run a compiled element: ~3.5 µs per Rreaddir
 #: entry instead of ~13 (a 100,000-file listing decodes in 0.35 s instead of 1.3 s).
 Dirents = Annotated[
     list[Dirent],
-    Prefixed(Int32ul, FocusedSeq("entries", "entries" / GreedyRange(_layout(Dirent).body.compile()), Terminated)),
+    Prefixed(Int32ul, FocusedSeq("entries", "entries" / GreedyRange(layout(Dirent).body.compile()), Terminated)),
 ]
 
 
@@ -339,7 +183,7 @@ class Message:
     NAME: ClassVar[str]
     #: the dialects whose clients send it (see :func:`message`)
     DIALECTS: ClassVar[frozenset[str]]
-    _layout: ClassVar[_Layout]
+    _layout: ClassVar[Layout]
     __wire_fields__: ClassVar[tuple[str, ...]]
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -423,7 +267,7 @@ def message(type_number: int, *, dialect: str | None = None) -> Callable[[type[_
         cls.DIALECTS = frozenset({dialect} if dialect else {DOTL} if type_number < 100 else {DOTL, DOTU})
         setattr(cls, "__match_args__", fields)  # noqa: B010  (mypy: not a declared attribute)
         setattr(cls, "__init__", _make_init(cls, fields))  # noqa: B010  (mypy: cannot assign a method)
-        cls._layout = _layout_of(cls, terminated=True)
+        cls._layout = layout_of(cls, terminated=True)
         BY_TYPE[type_number] = BY_NAME[name] = cls
         return cls
 
