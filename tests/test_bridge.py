@@ -14,7 +14,8 @@ import pytest
 pyfuse3 = pytest.importorskip("pyfuse3", reason="pyfuse3 is not installed (make venv installs it)")
 
 from harness.errors import P9Rlerror, QEMUExited  # noqa: E402
-from harness.fuse.bridge import Bridge, setattr_request  # noqa: E402
+from harness.fuse.bridge import Bridge  # noqa: E402
+from harness.fuse.convert import setattr_request  # noqa: E402
 from harness.p9 import wire  # noqa: E402
 from harness.p9.messages import (  # noqa: E402
     Rattach,

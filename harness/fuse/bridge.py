@@ -23,13 +23,14 @@ import functools
 import logging
 import os
 import stat
-from collections.abc import Callable, Coroutine, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import pyfuse3
 
 from harness.errors import HarnessError, P9Rlerror
+from harness.fuse import convert
+from harness.fuse.convert import Context, Entry, Handle, Node, setattr_request
 from harness.p9 import wire
 from harness.p9.messages import (
     Rgetattr,
@@ -58,40 +59,12 @@ from harness.p9.wire import Dirent, TMessage
 log = logging.getLogger(__name__)
 Params = ParamSpec("Params")
 R = TypeVar("R")
-Context = pyfuse3.RequestContext
-Entry = pyfuse3.EntryAttributes
 
 #: Open flags the server is not to see: the kernel has done what they ask (O_CREAT, O_EXCL by
 #: lookup, O_NOCTTY has no meaning there); v9fs drops the same.
 KERNEL_ONLY_FLAGS = os.O_CREAT | os.O_EXCL | os.O_NOCTTY
 #: removexattr is Txattrcreate of size 0 with this flag, as v9fs sends it
 XATTR_REPLACE = 2
-
-
-@dataclass
-class Node:
-    """One FUSE inode: the server's file it names, the fid walked to it, and the kernel's count."""
-
-    ino: int
-    qid_path: int
-    fid: int
-    parent: int
-    name: str
-    lookups: int = 0
-    #: directories: a fid of each uid's own attach, walked here, for creating as that uid
-    as_uid: dict[int, int] = field(default_factory=dict)
-
-
-@dataclass
-class Handle:
-    fid: int
-    #: the inode it was opened on
-    ino: int
-    #: the largest Tread/Twrite payload: the server's iounit, or what msize leaves
-    chunk: int
-    #: who opened it: a write by anyone but root drops set-user-ID and set-group-ID, which the
-    #: kernel leaves to a FUSE filesystem under direct I/O and v9fs does in the client
-    uid: int = 0
 
 
 def operation(
@@ -202,18 +175,7 @@ class Bridge(pyfuse3.Operations):
         return (attrs.gid, stat.S_ISGID) if attrs.mode & stat.S_ISGID else (ctx.gid, 0)
 
     def entry(self, node: Node, attrs: Rgetattr) -> Entry:
-        entry = Entry()
-        entry.st_ino = node.ino
-        entry.generation = 0
-        entry.entry_timeout = entry.attr_timeout = 0
-        entry.st_mode, entry.st_nlink, entry.st_uid, entry.st_gid = attrs.mode, attrs.nlink, attrs.uid, attrs.gid
-        entry.st_rdev, entry.st_size, entry.st_blksize, entry.st_blocks = (
-            attrs.rdev, attrs.size, attrs.blksize, attrs.blocks,
-        )  # fmt: skip
-        entry.st_atime_ns = attrs.atime_sec * 10**9 + attrs.atime_nsec
-        entry.st_mtime_ns = attrs.mtime_sec * 10**9 + attrs.mtime_nsec
-        entry.st_ctime_ns = attrs.ctime_sec * 10**9 + attrs.ctime_nsec
-        return entry
+        return convert.entry(node.ino, attrs)
 
     def intern(self, parent: Node, name: str, fid: int) -> tuple[Node, Rgetattr]:
         """The node ``fid`` (just walked from ``parent`` by ``name``) is: a known inode takes the
@@ -461,9 +423,7 @@ class Bridge(pyfuse3.Operations):
     def reply_entry(self, handle: Handle, dirent: Dirent, token: pyfuse3.ReaddirToken) -> bool:
         """One entry to the kernel (readdirplus: with its attributes, walked as a lookup would)."""
         if dirent.name in (".", ".."):
-            entry = Entry()
-            entry.st_ino = self.inos.get(dirent.qid.path, pyfuse3.ROOT_INODE)
-            entry.st_mode = stat.S_IFDIR
+            entry = convert.directory(self.inos.get(dirent.qid.path, pyfuse3.ROOT_INODE))
             return bool(pyfuse3.readdir_reply(token, os.fsencode(dirent.name), entry, dirent.offset))
         directory = self.node(handle.ino)
         try:
@@ -485,13 +445,7 @@ class Bridge(pyfuse3.Operations):
 
     @operation
     def statfs(self, ctx: Context) -> pyfuse3.StatvfsData:
-        reply = self.session.rpc(Tstatfs(fid=self.node(pyfuse3.ROOT_INODE).fid))
-        data = pyfuse3.StatvfsData()
-        data.f_bsize = data.f_frsize = reply.bsize
-        data.f_blocks, data.f_bfree, data.f_bavail = reply.blocks, reply.bfree, reply.bavail
-        data.f_files, data.f_ffree, data.f_favail = reply.files, reply.ffree, reply.ffree
-        data.f_namemax = reply.namelen
-        return data
+        return convert.statvfs(self.session.rpc(Tstatfs(fid=self.node(pyfuse3.ROOT_INODE).fid)))
 
     # -- extended attributes ------------------------------------------------------------------------
 
@@ -533,29 +487,3 @@ class Bridge(pyfuse3.Operations):
     @operation
     def removexattr(self, inode: int, name: bytes, ctx: Context) -> None:
         self.xattr_write(inode, os.fsdecode(name), b"", XATTR_REPLACE)
-
-
-def setattr_request(fid: int, attr: Entry, fields: pyfuse3.SetattrFields) -> Tsetattr:
-    """The Tsetattr v9fs would send for FUSE's ``fields``; a time is always the given one
-    (pyfuse3 turns the kernel's "now" into its own clock before we see it)."""
-    valid = 0
-    values: dict[str, int] = {}
-    for wanted, bit, name, value in _setattr_fields(attr, fields):
-        if wanted:
-            valid |= bit
-            values.update({name: value} if name else {})
-    if fields.update_atime:
-        valid |= wire.SETATTR_ATIME | wire.SETATTR_ATIME_SET
-        values["atime_sec"], values["atime_nsec"] = divmod(attr.st_atime_ns, 10**9)
-    if fields.update_mtime:
-        valid |= wire.SETATTR_MTIME | wire.SETATTR_MTIME_SET
-        values["mtime_sec"], values["mtime_nsec"] = divmod(attr.st_mtime_ns, 10**9)
-    return Tsetattr(fid=fid, valid=valid, **values)
-
-
-def _setattr_fields(attr: Entry, fields: pyfuse3.SetattrFields) -> Iterator[tuple[bool, int, str, int]]:
-    yield fields.update_mode, wire.SETATTR_MODE, "mode", attr.st_mode if fields.update_mode else 0
-    yield fields.update_uid, wire.SETATTR_UID, "uid", attr.st_uid if fields.update_uid else 0
-    yield fields.update_gid, wire.SETATTR_GID, "gid", attr.st_gid if fields.update_gid else 0
-    yield fields.update_size, wire.SETATTR_SIZE, "size", attr.st_size if fields.update_size else 0
-    yield fields.update_ctime, wire.SETATTR_CTIME, "", 0

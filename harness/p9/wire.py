@@ -3,10 +3,10 @@
 Each message is one frozen dataclass in :mod:`harness.p9.messages` whose annotated fields are its
 wire layout (``fid: U32``, ``wnames: Names``), registered by :func:`message` under its type number;
 the registry refuses a duplicate type or name, as gVisor's ``pkg/p9`` does.  From that one table
-come the construct codec (compiled; the field kinds and layouts are :mod:`harness.p9.layout`), the encoder and decoder, the names, the T→R pairing
-(``Twalk`` is a ``TMessage[Rwalk]``, so ``session.rpc(Twalk(...))`` is an ``Rwalk`` to mypy),
-trace printing, the malformed catalogue and the REPL's field lists.  Qid, Dirent and the rest are
-typed records built the same way.
+come the construct codec (compiled; field kinds and layouts: :mod:`harness.p9.layout`), the
+encoder and decoder, the names, the T→R pairing (``Twalk`` is a ``TMessage[Rwalk]``, so
+``session.rpc(Twalk(...))`` is an ``Rwalk`` to mypy), trace printing, the malformed catalogue
+and the REPL's field lists.  Qid, Dirent and the rest are typed records built the same way.
 
 A frame is ``size[4] type[1] tag[2] body``; construct computes ``size`` and every count.  The tag
 belongs to the frame, not to the message: :func:`encode` takes it, :func:`peek_header` reads it.
