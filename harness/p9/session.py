@@ -4,7 +4,7 @@
 both.  An Rlerror becomes :class:`P9Rlerror`, which prints as
 ``Twalk(fid=1, newfid=2, wnames=['a']) -> Rlerror ENOENT (2)``.  ``send_raw()`` sends any bytes.
 ``session.rpc(Twalk(fid=0, newfid=1, wnames=["a"]))`` is an :class:`Rwalk` to mypy; the
-wrappers (``walk``, ``getattr``, ...) are shorthands that return their reply the same way.
+wrappers (``walk``, ``getattr``, ...: :mod:`harness.p9.shorthands`) return their reply the same way.
 
 States: new → versioned (Tversion answered) → attached (a Tattach answered) → closed.  Fids are
 tracked from the replies (attach, complete walk, xattrwalk add; clunk and remove drop, even on
@@ -18,7 +18,7 @@ import enum
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol
 
@@ -26,57 +26,28 @@ from harness.errors import HarnessError, LeakError, P9ProtocolError, P9Rlerror, 
 from harness.p9 import wire
 from harness.p9.messages import (
     Rattach,
-    Rclunk,
-    Rcreate,
     Rerror,
-    Rgetattr,
-    Rlcreate,
     Rlerror,
-    Rlink,
-    Rlopen,
-    Rmkdir,
-    Ropen,
-    Rread,
-    Rreaddir,
-    Rreadlink,
-    Rstatfs,
-    Rsymlink,
-    Runlinkat,
     Rversion,
     Rwalk,
-    Rwrite,
-    Rwstat,
     Tattach,
     Tclunk,
-    Tcreate,
-    Tgetattr,
-    Tlcreate,
-    Tlink,
-    Tlopen,
-    Tmkdir,
-    Topen,
     Tread,
-    Treaddir,
-    Treadlink,
     Tremove,
-    Tstat,
-    Tstatfs,
-    Tsymlink,
-    Tunlinkat,
     Tversion,
     Twalk,
     Twrite,
     Txattrwalk,
-    twstat,
 )
+from harness.p9.shorthands import DEFAULT_MSIZE as DEFAULT_MSIZE
+from harness.p9.shorthands import Shorthands
 from harness.p9.trace import BATCH_BEGIN, BATCH_END, Direction, Record, format_records
-from harness.p9.wire import Message, R, Stat, TMessage
+from harness.p9.wire import Message, R, TMessage
 from harness.virtio.guestmem import Regions, pieces
 
 log = logging.getLogger(__name__)
 hexlog = logging.getLogger(__name__ + ".hexdump")
 
-DEFAULT_MSIZE = 8192
 DEFAULT_TIMEOUT = 10.0
 #: Reply buffer used before a Tversion has fixed msize.
 PREVERSION_REPLY_CAPACITY = 8192
@@ -198,7 +169,7 @@ class Pending(Generic[R]):
         return message  # type: ignore[return-value]  # checked just above: the reply class of R
 
 
-class Session:
+class Session(Shorthands):
     """One 9P conversation over a channel.  Close it (or use ``with``) to check for leaks."""
 
     def __init__(self, channel: FrameChannel, *, timeout: float = DEFAULT_TIMEOUT) -> None:
@@ -427,70 +398,12 @@ class Session:
         self._fids.clear()
         self._tags.clear()
 
-    # -- the common messages: each returns its reply --------------------------------------------
-
-    def version(self, msize: int = DEFAULT_MSIZE, version: str = "9P2000.L") -> Rversion:
-        return self.rpc(Tversion(msize=msize, version=version))
-
     def attach(
         self, fid: int, *, uname: str = "", aname: str = "", n_uname: int = 0, afid: int = wire.NOFID
     ) -> Rattach:
         if self.state is State.NEW:
             raise P9StateError("Tattach before Tversion")
         return self.rpc(Tattach(fid=fid, afid=afid, uname=uname, aname=aname, n_uname=n_uname))
-
-    def walk(self, fid: int, names: Sequence[str], newfid: int) -> Rwalk:
-        """Twalk; a partial walk returns fewer qids (and newfid is not made)."""
-        return self.rpc(Twalk(fid=fid, newfid=newfid, wnames=list(names)))
-
-    def walk_fid(self, fid: int, names: Sequence[str] | str = ()) -> int:
-        """A new fid walked from ``fid`` along ``names`` (a list, or a path ``a/b/c``); every
-        name must walk, else :class:`P9ProtocolError` (an Rlerror raises as usual)."""
-        if isinstance(names, str):
-            names = [part for part in names.split("/") if part]
-        newfid = self.new_fid()
-        reply = self.walk(fid, names, newfid)
-        if len(reply.qids) != len(names):
-            raise P9ProtocolError(f"walk of {list(names)} from fid {fid} stopped after {len(reply.qids)} names")
-        return newfid
-
-    def getattr(self, fid: int, request_mask: int = wire.GETATTR_ALL) -> Rgetattr:
-        return self.rpc(Tgetattr(fid=fid, request_mask=request_mask))
-
-    def lopen(self, fid: int, flags: int = 0) -> Rlopen:
-        return self.rpc(Tlopen(fid=fid, flags=flags))
-
-    def clunk(self, fid: int) -> Rclunk:
-        return self.rpc(Tclunk(fid=fid))
-
-    def readdir(self, fid: int, offset: int = 0, count: int | None = None) -> Rreaddir:
-        count = self.msize - wire.RREADDIR_HEADER if count is None else count
-        return self.rpc(Treaddir(fid=fid, offset=offset, count=count))
-
-    def read(self, fid: int, offset: int, count: int) -> Rread:
-        return self.rpc(Tread(fid=fid, offset=offset, count=count))
-
-    def write(self, fid: int, offset: int, data: bytes) -> Rwrite:
-        return self.rpc(Twrite(fid=fid, offset=offset, data=data))
-
-    # -- 9P2000.u's own ------------------------------------------------------------------------
-
-    def open(self, fid: int, mode: int = wire.OREAD) -> Ropen:
-        """9P2000.u's Topen (``mode`` a byte: OREAD ... with OTRUNC, ORCLOSE)."""
-        return self.rpc(Topen(fid=fid, mode=mode))
-
-    def create(self, fid: int, name: str, perm: int, mode: int = wire.ORDWR, extension: str = "") -> Rcreate:
-        """9P2000.u's Tcreate: ``fid`` (a directory) becomes the new node (open, for a file)."""
-        return self.rpc(Tcreate(fid=fid, name=name, perm=perm, mode=mode, extension=extension))
-
-    def stat(self, fid: int) -> Stat:
-        """9P2000.u's Tstat: the stat record (the reply's ``nstat`` aside)."""
-        return self.rpc(Tstat(fid=fid)).stat
-
-    def wstat(self, fid: int, **changes: Any) -> Rwstat:
-        """9P2000.u's Twstat of the "don't touch" stat with ``changes`` (``mode=0o600``,
-        ``name="new"``); ``nstat`` is the stat's length, as stat(5) has it."""
-        return self.rpc(twstat(fid, **changes))
 
     def format_history(self, last: int | None = None) -> str:
         """The messages, one line each: time, direction, tag, head, used length, fields; with
@@ -500,44 +413,6 @@ class Session:
             return format_records(records)
         shown = records[-last:]
         return f"    … {len(records) - last} earlier messages left out (all in trace.txt)\n" + format_records(shown)
-
-    def statfs(self, fid: int) -> Rstatfs:
-        return self.rpc(Tstatfs(fid=fid))
-
-    def mkdir(self, dfid: int, name: str, mode: int = 0o755, gid: int = 0) -> Rmkdir:
-        return self.rpc(Tmkdir(dfid=dfid, name=name, mode=mode, gid=gid))
-
-    def lcreate(self, fid: int, name: str, flags: int = 1, mode: int = 0o644, gid: int = 0) -> Rlcreate:
-        """Tlcreate: ``fid`` (a directory) becomes the new, open file."""
-        return self.rpc(Tlcreate(fid=fid, name=name, flags=flags, mode=mode, gid=gid))
-
-    def symlink(self, dfid: int, name: str, target: str, gid: int = 0) -> Rsymlink:
-        return self.rpc(Tsymlink(fid=dfid, name=name, symtgt=target, gid=gid))
-
-    def link(self, dfid: int, fid: int, name: str) -> Rlink:
-        return self.rpc(Tlink(dfid=dfid, fid=fid, name=name))
-
-    def readlink(self, fid: int) -> Rreadlink:
-        return self.rpc(Treadlink(fid=fid))
-
-    def unlinkat(self, dirfd: int, name: str, flags: int = 0) -> Runlinkat:
-        return self.rpc(Tunlinkat(dirfd=dirfd, name=name, flags=flags))
-
-    def readdir_all(self, fid: int, count: int | None = None) -> list[Rreaddir]:
-        """Treaddir from offset 0, each next one at the last entry's offset, until a count-0 reply.
-
-        Returns every reply, the final empty one included.
-        """
-        replies: list[Rreaddir] = []
-        offset = 0
-        while True:
-            reply = self.readdir(fid, offset, count)
-            replies.append(reply)
-            if not reply.entries:
-                return replies
-            if reply.entries[-1].offset == offset:
-                raise P9ProtocolError(f"Treaddir at offset {offset} returned entries that end at the same offset")
-            offset = reply.entries[-1].offset
 
     # -- end --------------------------------------------------------------------------------------
 
