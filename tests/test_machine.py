@@ -15,7 +15,7 @@ import pytest
 from fixtures.devices import QemuUnderTest
 from harness.p9.channel import Channel
 from harness.p9.session import Session
-from harness.qemu import machine, sanitizers
+from harness.qemu import machine, process, sanitizers
 from harness.qemu.config import LocalFs, MachineConfig
 from harness.qemu.machine import Machine
 from harness.virtio.driver import Driver
@@ -263,10 +263,10 @@ def test_cpu_seconds_of_another_process_to_the_nanosecond_and_of_its_ended_threa
     child = subprocess.Popen([sys.executable, "-c", busy], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline() == "done\n"  # its spinning thread has ended
-        first = machine.cpu_seconds(child.pid)
-        assert first >= 0.15 and abs(first - machine.proc_cpu_seconds(child.pid)) <= 0.03
+        first = process.cpu_seconds(child.pid)
+        assert first >= 0.15 and abs(first - process.proc_cpu_seconds(child.pid)) <= 0.03
         assert first != round(first, 2)  # nanoseconds, not ticks
     finally:
         child.kill()
         child.wait()
-    assert machine.cpu_seconds() == pytest.approx(time.process_time(), abs=0.01)
+    assert process.cpu_seconds() == pytest.approx(time.process_time(), abs=0.01)

@@ -9,10 +9,7 @@ of :meth:`Machine.launch` and :meth:`Machine.shutdown` leaves no process, socket
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import ctypes
-import functools
 import logging
 import mmap
 import os
@@ -29,6 +26,7 @@ from typing import IO, TYPE_CHECKING
 
 from harness.errors import HarnessMisuse, QEMUError, QEMUExited, QEMUStartError, QTestError, QTestTimeout
 from harness.qemu.config import DEVICE_ID, MachineConfig, Resources
+from harness.qemu.process import LIVE_DIRS, cpu_seconds, die_with_parent, listen, writes_coverage
 from harness.qemu.qtest import QTest
 from harness.qemu.sanitizers import sanitizer_env
 
@@ -60,71 +58,6 @@ EXIT_AFTER_DISCONNECT = 1.0
 GCOV_STOP_TIMEOUT = 120.0
 
 
-@functools.cache
-def writes_coverage(binary: Path) -> bool:
-    """Whether ``binary`` is a gcov build (``--enable-gcov``): its build tree has .gcno files for
-    9pfs, beside it (a meson build directory) or in ``build/`` (the harness's cache layout)."""
-    return any(
-        (where / "libcommon.fa.p" / "hw_9pfs_9p.c.gcno").exists() for where in (binary.parent, binary.parent / "build")
-    )
-
-
-#: Directories of machines not stopped yet: removed at interpreter exit whatever the way out (a
-#: KeyboardInterrupt whose report then hit a closed pipe never reaches the shutdown). The QEMUs
-#: themselves die with this process (PR_SET_PDEATHSIG).
-_LIVE_DIRS: set[Path] = set()
-
-
-@atexit.register
-def _remove_live_dirs() -> None:
-    for directory in list(_LIVE_DIRS):
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-def die_with_parent(parent: int, nofile: int | None = None) -> None:
-    """``preexec_fn`` of every QEMU the harness starts: runs in the child between fork and exec
-    (and sets its open-file limit, where the config asks for one)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
-    if nofile is not None:
-        import resource  # in the child only
-
-        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-
-
-def cpu_seconds(pid: int | str = "self") -> float:
-    """utime + stime of process ``pid`` (all its threads, ended ones too), in seconds: the
-    kernel's CPU-time clock of the process, to the nanosecond, where we may read it; else
-    :func:`proc_cpu_seconds` (10 ms ticks: a bench's short row could read 0 there)."""
-    if pid == "self":
-        return time.process_time()
-    try:
-        # clock_getcpuclockid(3) is not in Python's time module; the clock id it returns is
-        # ~pid << 3 | CPUCLOCK_SCHED (2): MAKE_PROCESS_CPUCLOCK in the kernel's posix-timers.h
-        return time.clock_gettime((~int(pid) << 3) | 2)
-    except OSError:
-        return proc_cpu_seconds(pid)
-
-
-def proc_cpu_seconds(pid: int | str) -> float:
-    """utime + stime of process ``pid`` from /proc/PID/stat, in clock ticks' resolution."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _listen(path: Path) -> socket.socket:
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        listener.bind(str(path))
-        listener.listen(1)
-    except BaseException:
-        listener.close()
-        raise
-    return listener
-
-
 class Machine:
     """A running QEMU.  ``with Machine(config) as m:`` launches it and always shuts it down."""
 
@@ -142,7 +75,7 @@ class Machine:
         # sockets and QEMU's output; under ``workdir`` when given, so that whoever owns that can
         # remove what a killed process could not
         self._dir = Path(tempfile.mkdtemp(prefix="v9p-qemu-", dir=workdir))
-        _LIVE_DIRS.add(self._dir)
+        LIVE_DIRS.add(self._dir)
         self.argv = config.argv(Path(QTEST_SOCKET), Path(QMP_SOCKET))  # relative to QEMU's cwd, self._dir
         self.log_path = self._dir / "qemu.log"
         self._proc: subprocess.Popen[bytes] | None = None
@@ -216,8 +149,8 @@ class Machine:
         dir_fd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY)
         short = Path(f"/proc/self/fd/{dir_fd}")
         try:
-            self._qtest_listener = _listen(short / QTEST_SOCKET)
-            self._qmp_listener = _listen(short / QMP_SOCKET)
+            self._qtest_listener = listen(short / QTEST_SOCKET)
+            self._qmp_listener = listen(short / QMP_SOCKET)
         finally:
             os.close(dir_fd)
         ram_fd = self._shared_ram() if self.config.guest_memory == "shared" else None
@@ -371,7 +304,7 @@ class Machine:
             self._qmp_socket = None
 
     def _remove_dir(self) -> None:
-        _LIVE_DIRS.discard(self._dir)
+        LIVE_DIRS.discard(self._dir)
         if self._dir.exists():
             self._saved_log = self.output_text()
             shutil.rmtree(self._dir, ignore_errors=True)

@@ -126,7 +126,7 @@ class Probe:
 def _run(argv: list[str], stdin: str = "", timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
     """A short QEMU run; it dies with us like any other QEMU (a probe waiting for "quit" on its
     monitor would otherwise outlive a harness killed mid-probe)."""
-    from harness.qemu import machine
+    from harness.qemu import process
 
     parent = os.getpid()
     return subprocess.run(
@@ -136,7 +136,7 @@ def _run(argv: list[str], stdin: str = "", timeout: float = 20.0) -> subprocess.
         text=True,
         timeout=timeout,
         check=False,
-        preexec_fn=lambda: machine.die_with_parent(parent),
+        preexec_fn=lambda: process.die_with_parent(parent),
     )
 
 

@@ -14,7 +14,8 @@ from typing import Any
 from harness.errors import ProvisionError
 from harness.qemu import provision
 from harness.qemu.config import FsConfig, GuestMemoryMode, LocalFs, MachineConfig, Multidevs
-from harness.qemu.machine import Machine, cpu_seconds
+from harness.qemu.machine import Machine
+from harness.qemu.process import cpu_seconds
 from harness.virtio.virtio_pci import Transport
 
 
