@@ -23,6 +23,7 @@ from harness.tools.bench import readdir, report, suite
 from harness.tools.bench import run as bench_run
 from harness.tools.bench.variant import Variant
 from tests.subrun import PROJECT, default_signals, table_rows
+from tests.test_tools import PACKAGED, harness
 
 
 def run(*args: str) -> str:
@@ -385,3 +386,16 @@ def test_bisect_step_skips_a_binary_it_cannot_measure(tmp_path: Path, qemu_under
     assert same.returncode == 0 and "bisect-step: exit 0: local 20 8192 8181:" in same.stdout, same.stdout + same.stderr
     stopped = step(binary, str(broken))
     assert stopped.returncode == 255 and "git bisect run stops" in stopped.stderr
+
+
+def test_a_bench_binary_that_fails_keeps_the_others_results(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    if not PACKAGED.exists():
+        pytest.skip("Debian's qemu-system-x86 is not installed (make test installs it)")
+    out = tmp_path / "r.json"
+    done = harness("bench", "readdir", "--quick", "--qemu", str(qemu_under_test.binary), "--qemu", str(PACKAGED),
+                   "--json", str(out))  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    failure = next(line for line in done.stderr.splitlines() if line.startswith("bench readdir on "))
+    assert f"({PACKAGED}) failed:" in failure and "no synth test tree" in done.stderr
+    kept = [v["binary"] for v in json.loads(out.read_text())["variants"]]
+    assert table_rows(done.stdout) and kept == [str(qemu_under_test.binary)]

@@ -1,5 +1,6 @@
 """The bug-hunting tools against a real QEMU: reproducers that replay to the same difference,
-captures that tshark's 9P dissector decodes, the A/B matrix, the REPL, the live trace."""
+captures that tshark's 9P dissector decodes, the live trace (the REPL, the matrix and the
+doctor: test_front_ends.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -20,9 +20,7 @@ from fixtures.devices import QemuUnderTest
 from harness.p9.trace import reseal
 from harness.qemu import provision
 from harness.tools.bench import suite
-from harness.tools.matrix import runs_text
-from harness.tools.repl import Repl
-from tests.subrun import PROJECT, default_signals, run_pytest, table_rows
+from tests.subrun import PROJECT, run_pytest
 
 PACKAGED = Path("/usr/bin/qemu-system-x86_64")
 
@@ -87,6 +85,46 @@ def test_a_failing_case_leaves_a_reproducer_that_replays_to_the_same_difference(
     assert clean.returncode == 0 and "no difference: all 5 requests answered as expected" in clean.stdout, clean.stdout
 
 
+def test_replay_verdicts_for_what_cannot_be_tested(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """125 for a binary that cannot test the reproducer (not QEMU; no synth test tree), 255 for a
+    reproducer that cannot be read; a one-line reason each, never a traceback."""
+    proc = run_pytest(tmp_path, qemu_under_test, "--trace-dir", "traces", "-k", "tools/walks", source=CASES)
+    assert "1 passed" in proc.communicate(timeout=60)[0]
+    (synth,) = (tmp_path / "traces").rglob("reproducer.9p")
+    broken = tmp_path / "broken.9p"
+    broken.write_text(synth.read_text().replace("--> ", "--> zz", 1))
+    runs = {
+        "not QEMU": (harness("replay", str(synth), "--qemu-binary", "/bin/true"), 125, "is not QEMU"),
+        "missing": (harness("replay", str(tmp_path / "nothing.9p")), 255, "cannot read the reproducer"),
+        "bad hex": (harness("replay", str(broken)), 255, "cannot read the reproducer"),
+    }
+    if PACKAGED.exists():
+        runs["no synth tree"] = (
+            harness("replay", str(synth), "--qemu-binary", str(PACKAGED)),
+            125,
+            "no synth test tree",
+        )
+    for what, (done, status, said) in runs.items():
+        assert done.returncode == status and said in done.stdout, (what, done.stdout, done.stderr)
+        assert "Traceback" not in done.stdout + done.stderr, what
+
+
+def test_replay_finds_qemu_as_everything_else_does(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """QTEST_QEMU_BINARY is taken when no --qemu-binary is given, and the one used is named."""
+    proc = run_pytest(tmp_path, qemu_under_test, "--trace-dir", "traces", "-k", "tools/walks", source=CASES)
+    assert "1 passed" in proc.communicate(timeout=60)[0]
+    (synth,) = (tmp_path / "traces").rglob("reproducer.9p")
+    text = synth.read_text().replace(f"# qemu: {qemu_under_test.binary}", "# qemu: /elsewhere/qemu-system-x86_64")
+    synth.write_text(text)
+    reseal(synth)  # a deliberate edit: sealed again, or replay would refuse the file as changed
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "replay", str(synth)], cwd=PROJECT, capture_output=True, text=True,
+        timeout=120, env={**os.environ, "QTEST_QEMU_BINARY": str(qemu_under_test.binary)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"QEMU under test: {qemu_under_test.binary} (from QTEST_QEMU_BINARY)" in done.stdout
+
+
 CRASH = textwrap.dedent(
     """
     import pytest
@@ -130,46 +168,6 @@ def test_a_crash_replays_as_died_and_a_fixed_qemu_as_absent(tmp_path: Path, qemu
     assert "QEMU lived (when recorded: killed by SIGSEGV (-11) at request 4)" in fixed.stdout
 
 
-def test_replay_verdicts_for_what_cannot_be_tested(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
-    """125 for a binary that cannot test the reproducer (not QEMU; no synth test tree), 255 for a
-    reproducer that cannot be read; a one-line reason each, never a traceback."""
-    proc = run_pytest(tmp_path, qemu_under_test, "--trace-dir", "traces", "-k", "tools/walks", source=CASES)
-    assert "1 passed" in proc.communicate(timeout=60)[0]
-    (synth,) = (tmp_path / "traces").rglob("reproducer.9p")
-    broken = tmp_path / "broken.9p"
-    broken.write_text(synth.read_text().replace("--> ", "--> zz", 1))
-    runs = {
-        "not QEMU": (harness("replay", str(synth), "--qemu-binary", "/bin/true"), 125, "is not QEMU"),
-        "missing": (harness("replay", str(tmp_path / "nothing.9p")), 255, "cannot read the reproducer"),
-        "bad hex": (harness("replay", str(broken)), 255, "cannot read the reproducer"),
-    }
-    if PACKAGED.exists():
-        runs["no synth tree"] = (
-            harness("replay", str(synth), "--qemu-binary", str(PACKAGED)),
-            125,
-            "no synth test tree",
-        )
-    for what, (done, status, said) in runs.items():
-        assert done.returncode == status and said in done.stdout, (what, done.stdout, done.stderr)
-        assert "Traceback" not in done.stdout + done.stderr, what
-
-
-def test_replay_finds_qemu_as_everything_else_does(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
-    """QTEST_QEMU_BINARY is taken when no --qemu-binary is given, and the one used is named."""
-    proc = run_pytest(tmp_path, qemu_under_test, "--trace-dir", "traces", "-k", "tools/walks", source=CASES)
-    assert "1 passed" in proc.communicate(timeout=60)[0]
-    (synth,) = (tmp_path / "traces").rglob("reproducer.9p")
-    text = synth.read_text().replace(f"# qemu: {qemu_under_test.binary}", "# qemu: /elsewhere/qemu-system-x86_64")
-    synth.write_text(text)
-    reseal(synth)  # a deliberate edit: sealed again, or replay would refuse the file as changed
-    done = subprocess.run(
-        [sys.executable, "-m", "harness", "replay", str(synth)], cwd=PROJECT, capture_output=True, text=True,
-        timeout=120, env={**os.environ, "QTEST_QEMU_BINARY": str(qemu_under_test.binary)},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert f"QEMU under test: {qemu_under_test.binary} (from QTEST_QEMU_BINARY)" in done.stdout
-
-
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed (make test installs it)")
 def test_tshark_decodes_the_capture(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
     proc = run_pytest(tmp_path, qemu_under_test, "--pcap", "pcaps", "-k", "tools/walks", source=CASES)
@@ -194,102 +192,6 @@ def test_tshark_decodes_the_capture(tmp_path: Path, qemu_under_test: QemuUnderTe
         ["tshark", "-r", str(capture), "-Y", "9p.msgtype == 7", "-V"], capture_output=True, text=True
     ).stdout
     assert "Rlerror (7)" in detail and "Message data: 02000000" in detail  # ecode 2, ENOENT
-
-
-def test_matrix_of_a_binary_against_itself_shows_no_difference(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
-    binary = str(qemu_under_test.binary)
-    done = harness("matrix", "--qemu", binary, "--qemu", binary, "--json", "m.json", "--", "-k",
-                   "version/ or synth/config", cwd=tmp_path)  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert ", 0 differ; each run's output and artefacts:" in done.stdout, done.stdout
-    kept = json.loads((tmp_path / "m.json").read_text())
-    passed = [run["counts"]["passed"] for run in kept["runs"]]
-    assert passed[0] == passed[1] == len(kept["runs"][0]["cases"]) > 0, kept
-    assert [run["build"] for run in kept["runs"]] == ["plain", "plain"]  # the cache's own build
-    assert runs_text(kept) in done.stdout  # the runs' table, last, as the file prints it again
-    runs = sorted((tmp_path / "v9p-matrix").iterdir())
-    assert [p.name for p in runs] == [f"0-{qemu_under_test.probe.version}", f"1-{qemu_under_test.probe.version}"]
-    assert all((p / "pytest.txt").exists() and json.loads((p / "results.json").read_text())["cases"] for p in runs)
-
-
-def test_matrix_refuses_one_binary_and_an_empty_selection(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
-    binary = str(qemu_under_test.binary)
-    one = harness("matrix", "--qemu", binary, cwd=tmp_path)
-    assert one.returncode != 0 and "two or more QEMUs" in one.stdout + one.stderr
-    empty = harness("matrix", "--qemu", binary, "--qemu", binary, "--", "-k", "no-such-case-anywhere", cwd=tmp_path)
-    assert empty.returncode != 0 and "matched no case" in empty.stdout + empty.stderr, empty.stdout + empty.stderr
-
-
-@pytest.mark.skipif(not PACKAGED.exists(), reason="Debian's qemu-system-x86 is not installed (make test installs it)")
-def test_matrix_against_the_degraded_packaged_binary(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
-    done = harness(
-        "matrix", "--qemu", str(qemu_under_test.binary), "--qemu", str(PACKAGED), "--", "-k", "version/", cwd=tmp_path
-    )
-    assert done.returncode == 1, done.stdout + done.stderr
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:4]] for line in done.stdout.splitlines()
-            if line.startswith("| synth/")}  # fmt: skip
-    assert rows["synth/version/drops_fids"] == ["passed", "skipped"]  # needs the synth test tree
-    assert rows["synth/version/basic"] == ["passed", "passed"]
-    first = next(line for line in done.stdout.splitlines() if line.startswith("| synth/"))
-    assert "skipped" in first  # differences come first
-
-
-def test_repl_session(qemu_under_test: QemuUnderTest) -> None:
-    script = "\n".join(
-        [
-            "Twalk fid=0 newfid=1 wnames=['WALK0']",
-            "Twalk fid=0 newfid=2 wnames=['nope']",
-            "fids",
-            "raw 1300000018000000000000ff3f000000000000",
-            "Tgetattr",
-            "quit",
-        ]
-    )
-    done = harness("repl", "--qemu-binary", str(qemu_under_test.binary), stdin=script)
-    out = done.stdout
-    assert done.returncode == 0, out + done.stderr
-    assert "<-- Rwalk(qids=[{type=128, version=0, path=1}])" in out
-    assert "<-- Rlerror ENOENT (2)" in out
-    assert "[0, 1]" in out
-    assert "<-- Rgetattr(valid=6143" in out
-    assert "Tgetattr needs fid: Tgetattr(fid: Fid, request_mask: U64) -> Rgetattr(" in out
-
-
-def test_repl_refuses_and_explains_and_saves_a_reproducer(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
-    """An unknown field is refused with the message's fields; a bare word gets a hint; help names
-    fields and types; obvious fields default (newfid, request_mask); ``save`` writes a reproducer
-    that replay passes; the local export's path is shown."""
-    saved = tmp_path / "session.9p"
-    script = "\n".join(
-        [
-            "Tclunk fid=0 bogus=1",
-            "Twalk fid=0 wnames=WALK0",
-            "help Twalk",
-            "Twalk fid=0 wnames=['WALK0']",
-            "Tgetattr fid=1",
-            f"save {saved}",
-            "quit",
-        ]
-    )
-    done = harness("repl", "--qemu-binary", str(qemu_under_test.binary), stdin=script)
-    out = done.stdout
-    assert done.returncode == 0, out + done.stderr
-    assert "Tclunk has no field bogus; its fields: Tclunk(fid: Fid) -> Rclunk()" in out
-    assert "wnames=WALK0: not a Python literal (strings take quotes: wnames='WALK0')" in out
-    assert "Twalk(fid: Fid, newfid: NewFid, wnames: Names) -> Rwalk(qids: Qids)" in out
-    assert "<-- Rwalk(qids=[{type=128, version=0, path=1}])" in out and "<-- Rgetattr(valid=6143" in out
-    assert "Traceback" not in out + done.stderr
-    replayed = harness("replay", str(saved), "--qemu-binary", str(qemu_under_test.binary))
-    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
-    local = harness("repl", "--backend", "local", "--qemu-binary", str(qemu_under_test.binary), stdin="quit\n")
-    assert "exporting /" in local.stdout and "removed when you quit" in local.stdout, local.stdout
-
-
-def test_repl_completes_names_and_fields() -> None:
-    repl = Repl(session=None)  # type: ignore[arg-type]
-    assert repl.completenames("Tw") == ["Twalk", "Twrite", "Twstat"]  # 9P2000.u's too: a REPL sends anything
-    assert repl.completedefault("n", "Twalk fid=0 n", 13, 14) == ["newfid="]
-    assert repl.completedefault("", "Tclunk ", 7, 7) == ["fid=", "tag="]
 
 
 def test_live_trace_prints_every_message(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
@@ -321,26 +223,6 @@ def test_junit_and_results_name_the_qemu_under_test(tmp_path: Path, qemu_under_t
     assert "deliberately_wrong" in failed and "expected Rlerror ENOENT" in found["failures"][failed]
     for trace in (tmp_path / "traces").rglob("trace.txt"):
         assert trace.read_text().startswith(f"# QEMU {version} ({qemu_under_test.binary}), synth, modern, ")
-
-
-def test_repl_ctrl_c_abandons_the_line_not_the_session(qemu_under_test: QemuUnderTest) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "repl", "--qemu-binary", str(qemu_under_test.binary)], cwd=PROJECT,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        preexec_fn=default_signals,
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stdin is not None
-    try:
-        assert "root attached as fid 0" in proc.stdout.readline()
-        time.sleep(0.5)  # at the prompt, waiting for a line
-        proc.send_signal(signal.SIGINT)
-        time.sleep(0.5)
-        out, _ = proc.communicate("Tgetattr fid=0\nquit\n", timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, out
-    assert "^C" in out and "<-- Rgetattr(valid=6143" in out and "Traceback" not in out
 
 
 @pytest.mark.skipif(not PACKAGED.exists(), reason="Debian's qemu-system-x86 is not installed (make test installs it)")
@@ -465,61 +347,6 @@ def test_a_request_unanswered_when_recorded_must_stay_unanswered(
     replayed = harness("replay", str(saved), "--qemu-binary", str(qemu_under_test.binary))
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert "4 requests answered as expected, 1 unanswered as recorded" in replayed.stdout, replayed.stdout
-
-
-def test_repl_checks_types_resets_and_saves_only_where_told(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
-    """A value of the wrong type is refused by the field's type (a string for Names is not five
-    names); after a frame that breaks the device, ``reset`` brings a working session back; ``save``
-    into a directory that does not exist makes none."""
-    missing = tmp_path / "nonexistent" / "x.9p"
-    script = "\n".join([
-        "Twalk fid=0 newfid=1 wnames='WALK0'",
-        "raw 0300",  # a frame shorter than a header: QEMU marks the device broken
-        "reset",
-        "Twalk fid=0 newfid=1 wnames=['WALK0']",
-        f"save {missing}",
-        "quit",
-    ])  # fmt: skip
-    done = harness("repl", "--qemu-binary", str(qemu_under_test.binary), stdin=script)
-    out = done.stdout
-    assert done.returncode == 0, out + done.stderr
-    assert "error: wnames is Names, a list of strings: ['a', 'b']; got 'WALK0'" in out
-    assert "device reset; new session, msize 8192, root attached as fid 0" in out
-    assert out.count("<-- Rwalk(qids=[{type=128, version=0, path=1}])") == 1, out
-    assert f"error: {missing.parent} is not a directory (save makes none)" in out
-    assert not missing.parent.exists()
-    refused = harness("repl", "--export", str(tmp_path), "--qemu-binary", str(qemu_under_test.binary), stdin="quit\n")
-    assert refused.returncode == 2 and "--export names the directory of --backend local" in refused.stderr
-
-
-def test_doctor_one_table_and_one_exit_code_per_meaning(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
-    """0 usable, 1 degraded, 2 no usable QEMU (missing or not QEMU): the same table every time."""
-    runs = {
-        "usable": (str(qemu_under_test.binary), 0),
-        "missing": (str(tmp_path / "none"), 2),
-        "not QEMU": ("/bin/true", 2),
-    }
-    if PACKAGED.exists():
-        runs["degraded"] = (str(PACKAGED), 1)
-    for what, (binary, status) in runs.items():
-        done = harness("doctor", "--qemu-binary", binary)
-        assert done.returncode == status, (what, done.stdout, done.stderr)
-        rows = dict(row[:2] for row in table_rows(done.stdout))
-        assert rows["usable for the whole suite"].startswith(("yes", "degraded", "no")[status]), (what, rows)
-        assert "Traceback" not in done.stdout + done.stderr
-
-
-def test_a_bench_binary_that_fails_keeps_the_others_results(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
-    if not PACKAGED.exists():
-        pytest.skip("Debian's qemu-system-x86 is not installed (make test installs it)")
-    out = tmp_path / "r.json"
-    done = harness("bench", "readdir", "--quick", "--qemu", str(qemu_under_test.binary), "--qemu", str(PACKAGED),
-                   "--json", str(out))  # fmt: skip
-    assert done.returncode == 1, done.stdout + done.stderr
-    failure = next(line for line in done.stderr.splitlines() if line.startswith("bench readdir on "))
-    assert f"({PACKAGED}) failed:" in failure and "no synth test tree" in done.stderr
-    kept = [v["binary"] for v in json.loads(out.read_text())["variants"]]
-    assert table_rows(done.stdout) and kept == [str(qemu_under_test.binary)]
 
 
 BATCHED = textwrap.dedent(
