@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cases.model_session import BatchModel, BatchOp, Model, Sent
-from cases.test_concurrent import FidModel, NameModel, WstatModel
 from cases.test_concurrent import Model as DirModel
+from cases.test_concurrent import NameModel
+from cases.test_concurrent_fids import FidModel, WstatModel
 from fixtures.operations import FID_OPS, STATE_CONTENT, STATE_KINDS, Seen, state_outcome
 from fixtures.oracle import ANY, every_order, linearizations, serial_outcomes
 from fixtures.pairs import EXCLUDED, PAIRS, fresh

@@ -9,19 +9,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cases.test_concurrent import (
-    FID_REQUESTS,
-    NAME_REQUESTS,
-    REQUESTS,
-    WRITERS,
-    WSTAT_REQUESTS,
-    FidModel,
-    Model,
-    NameModel,
-    ReadonlyModel,
-    WstatModel,
-    explained_by_race,
-)
+from cases.test_concurrent import NAME_REQUESTS, REQUESTS, WRITERS, Model, NameModel, ReadonlyModel, explained_by_race
+from cases.test_concurrent_fids import FID_REQUESTS, WSTAT_REQUESTS, FidModel, WstatModel
 from fixtures.oracle import every_order, serial_outcomes
 
 
