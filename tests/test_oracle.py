@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cases.model_session import BatchModel, BatchOp, Model, Sent
+from cases.model_tree import BatchModel, BatchOp, Model, Sent
 from cases.test_concurrent import Model as DirModel
 from cases.test_concurrent import NameModel
 from cases.test_concurrent_fids import FidModel, WstatModel
