@@ -57,20 +57,16 @@ def test_matrix_against_the_degraded_packaged_binary(tmp_path: Path, qemu_under_
     assert "skipped" in first  # differences come first
 
 
+def repl(qemu: QemuUnderTest, *lines: str) -> tuple[str, str]:
+    """The REPL's stdout and stderr for ``lines`` then ``quit``; it must exit 0."""
+    done = harness("repl", "--qemu-binary", str(qemu.binary), stdin="\n".join([*lines, "quit"]))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout, done.stderr
+
+
 def test_repl_session(qemu_under_test: QemuUnderTest) -> None:
-    script = "\n".join(
-        [
-            "Twalk fid=0 newfid=1 wnames=['WALK0']",
-            "Twalk fid=0 newfid=2 wnames=['nope']",
-            "fids",
-            "raw 1300000018000000000000ff3f000000000000",
-            "Tgetattr",
-            "quit",
-        ]
-    )
-    done = harness("repl", "--qemu-binary", str(qemu_under_test.binary), stdin=script)
-    out = done.stdout
-    assert done.returncode == 0, out + done.stderr
+    out, _ = repl(qemu_under_test, "Twalk fid=0 newfid=1 wnames=['WALK0']", "Twalk fid=0 newfid=2 wnames=['nope']",
+                  "fids", "raw 1300000018000000000000ff3f000000000000", "Tgetattr")  # fmt: skip
     assert "<-- Rwalk(qids=[{type=128, version=0, path=1}])" in out
     assert "<-- Rlerror ENOENT (2)" in out
     assert "[0, 1]" in out
@@ -83,25 +79,13 @@ def test_repl_refuses_and_explains_and_saves_a_reproducer(tmp_path: Path, qemu_u
     fields and types; obvious fields default (newfid, request_mask); ``save`` writes a reproducer
     that replay passes; the local export's path is shown."""
     saved = tmp_path / "session.9p"
-    script = "\n".join(
-        [
-            "Tclunk fid=0 bogus=1",
-            "Twalk fid=0 wnames=WALK0",
-            "help Twalk",
-            "Twalk fid=0 wnames=['WALK0']",
-            "Tgetattr fid=1",
-            f"save {saved}",
-            "quit",
-        ]
-    )
-    done = harness("repl", "--qemu-binary", str(qemu_under_test.binary), stdin=script)
-    out = done.stdout
-    assert done.returncode == 0, out + done.stderr
+    out, errors = repl(qemu_under_test, "Tclunk fid=0 bogus=1", "Twalk fid=0 wnames=WALK0", "help Twalk",
+                       "Twalk fid=0 wnames=['WALK0']", "Tgetattr fid=1", f"save {saved}")  # fmt: skip
     assert "Tclunk has no field bogus; its fields: Tclunk(fid: Fid) -> Rclunk()" in out
     assert "wnames=WALK0: not a Python literal (strings take quotes: wnames='WALK0')" in out
     assert "Twalk(fid: Fid, newfid: NewFid, wnames: Names) -> Rwalk(qids: Qids)" in out
     assert "<-- Rwalk(qids=[{type=128, version=0, path=1}])" in out and "<-- Rgetattr(valid=6143" in out
-    assert "Traceback" not in out + done.stderr
+    assert "Traceback" not in out + errors
     replayed = harness("replay", str(saved), "--qemu-binary", str(qemu_under_test.binary))
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     local = harness("repl", "--backend", "local", "--qemu-binary", str(qemu_under_test.binary), stdin="quit\n")
