@@ -119,6 +119,15 @@ def test_the_bench_figures_in_the_docs_are_the_benches_output(record: Path) -> N
     assert text in (PROJECT / "docs" / "speed.md").read_text(), f"docs/speed.md: paste {record.name}'s table"
 
 
+@pytest.mark.parametrize("record", sorted((PROJECT / "docs").glob("bench-releases*.json")), ids=lambda path: path.name)
+def test_the_release_figures_in_the_docs_are_the_commands_output(record: Path) -> None:
+    """docs/speed.md's tables across releases are ``bench releases --json``'s, printed again."""
+    from harness.tools.bench.releases import releases_text
+
+    text = releases_text(json.loads(record.read_text()))
+    assert text in (PROJECT / "docs" / "speed.md").read_text(), f"docs/speed.md: paste {record.name}'s tables"
+
+
 def test_the_matrices_page_is_made_from_the_tables() -> None:
     from fixtures import matrices
 
