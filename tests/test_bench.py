@@ -356,6 +356,10 @@ def test_bisect_step_exit_rule() -> None:
     reaches the threshold, in the direction asked for; a rate falls where a time grows."""
     from harness.tools.bench.bisect import decide
 
+    from harness.tools.bench.report import chance_apart
+
+    # two runs of one binary lie apart by chance: all 3 rounds of one below all of the other's, or above
+    assert chance_apart(3) == pytest.approx(2 / 20) and chance_apart(5) == pytest.approx(2 / 252)
     fast, slow = [1.0, 1.1, 1.05], [3.0, 3.2, 2.9]
     assert decide(fast, slow, higher_is_better=False, threshold=2.0)[0] == 1  # a listing took 3x as long
     assert decide(fast, slow, higher_is_better=False, threshold=4.0)[0] == 0  # below the threshold

@@ -120,6 +120,9 @@ def _add_bench(sub: Any) -> None:
     releases.add_argument("--quick", action="store_true", help="smoke mode: tiny directories and files, 1 round")
     releases.add_argument("--json", help="write the results, every round, to this file")
     releases.add_argument("--plot-dir", help="draw one PNG per measure into this directory (needs matplotlib)")
+    releases.add_argument(
+        "--from-json", metavar="F", help="measure nothing: print (and --plot-dir) a saved --json again"
+    )
     step = bench_sub.add_parser(
         "bisect-step", help="one `git bisect run` step over a speed change: exit 0 same speed, 1 changed, 125 skip"
     )
@@ -373,8 +376,10 @@ def _bench_kind(args: argparse.Namespace) -> int:
             return 255
     if args.bench == "releases":
         from harness.qemu import provision
-        from harness.tools.bench.releases import bench_releases, cached_releases
+        from harness.tools.bench.releases import bench_releases, cached_releases, from_json
 
+        if args.from_json:
+            return from_json(Path(args.from_json), args.plot_dir)
         binaries = [provision.find_qemu(name)[0] for name in args.qemu or []] or cached_releases()
         return bench_releases(binaries, 1 if args.quick else args.rounds, args.quick, args.json, args.plot_dir)
     if args.bench == "suite":

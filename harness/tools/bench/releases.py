@@ -28,7 +28,7 @@ from harness.errors import HarnessError
 from harness.qemu import build, provision, versions
 from harness.tools.bench.io import io_table
 from harness.tools.bench.readdir import QEMU_PER_LISTING, readdir_export, readdir_table
-from harness.tools.bench.report import NOISE, Table, ratio
+from harness.tools.bench.report import NOISE, Table, chance_apart, ratio
 from harness.tools.bench.rtt import rtt_table
 from harness.tools.bench.run import Run, Steal, load
 from harness.tools.bench.variant import QEMU_PER_OP, Variant, home
@@ -88,6 +88,10 @@ MEASURES = (
     Measure("rtt", _rtt, QEMU_PER_OP, lambda row: row[QEMU_PER_OP], higher_is_better=True),
 )
 
+#: a step between releases smaller than this is marked small in the changes list: with few rounds,
+#: a chance ordering of the rounds, not the server, is the likelier cause
+SMALL = 0.10
+
 #: which cached build stands for a version when several have it: a Debian source package, then a
 #: git commit, then a tarball, then a source tree (a patched master is a tree; master is a tarball)
 PREFERENCE = ("debian:", "git:", "tarball", "source:")
@@ -142,6 +146,15 @@ def bench_releases(
             print(f"wrote {path}")
     steal.warn()
     return 1 if failed else 0
+
+
+def from_json(path: Path, plot_dir: str | None) -> int:
+    """Print a saved run's tables again (``--json``'s file) and, with ``plot_dir``, draw its plots."""
+    data = json.loads(path.read_text())
+    print(releases_text(data))
+    for written in plot(data, Path(plot_dir)) if plot_dir else []:
+        print(f"wrote {written}")
+    return 0
 
 
 def record(runs: dict[str, Run], variants: list[Variant], settings: Settings, steal: Steal) -> dict[str, Any]:
@@ -211,8 +224,13 @@ def releases_text(data: dict[str, Any]) -> str:
                 for line in _lines(data, measure)]  # fmt: skip
         parts += ["", f"{measure.name}: {shape['title']}", tabulate(rows, headers=headers, tablefmt="github")]
     found = changes(data)
-    parts += ["", "changes beyond the noise (every round of one release on one side of every round of the other):"]
-    parts += [f"- {m}, {row}: {a} -> {b}: {r}" for m, row, a, b, r in found] or ["- none"]
+    odds = round(1 / chance_apart(rounds)) if rounds > 1 else 0
+    parts += ["", "changes beyond the noise (every round of one release on one side of every round of the other;"]
+    parts += [f"two runs of one binary lie so by chance 1 time in {odds}: a step under {SMALL:.0%} is marked small):"]
+    for m, row, a, b, r in found:
+        small = abs(float(r.split()[0]) - 1) < SMALL and float(r.split()[0]) > 0
+        parts.append(f"- {m}, {row}: {a} -> {b}: {r}{' small' if small else ''}")
+    parts += [] if found else ["- none"]
     return "\n".join(parts)
 
 
@@ -241,6 +259,10 @@ def plot(data: dict[str, Any], where: Path) -> list[Path]:
             top.errorbar(x, medians, yerr=bars, marker="o", capsize=3, label=row)
             bottom.plot(x, [line["cpu"] for line in mine], marker="o", label=row)
         shape = data["measures"][measure.name]
+        values = [line["median"] for line in lines if line["median"] > 0]
+        if values and max(values) / min(values) > 50:  # releases orders of magnitude apart
+            top.set_yscale("log")
+            bottom.set_yscale("log")
         top.set_ylabel(shape["compare"])
         top.set_title(f"{shape['title']}, per release")
         top.legend(fontsize=6)

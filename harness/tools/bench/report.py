@@ -4,6 +4,7 @@ variants, printed, and kept as JSON (``--json``) that prints the same table agai
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -74,6 +75,12 @@ def _spread(rounds: list[Table], index: int) -> tuple[Any, Any, Any]:
 
 #: what a ratio cell says when the rounds cannot tell two variants apart
 NOISE = "noise"
+
+
+def chance_apart(rounds: int) -> float:
+    """How often two runs of one binary, ``rounds`` rounds each, lie apart by chance (all of one
+    run's rounds below all of the other's, or above): 2 / C(2n, n). 3 rounds: 1 in 10; 5: 1 in 126."""
+    return 2 / math.comb(2 * rounds, rounds)
 
 
 def ratio(base: Sequence[float], other: Sequence[float]) -> str:
