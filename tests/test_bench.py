@@ -89,7 +89,7 @@ def test_bench_rtt_both_paths_interleaved(tmp_path: Path, qemu_under_test: QemuU
     assert all(len(rounds) == 2 for rounds in data["rounds"])
 
 
-@pytest.mark.parametrize("bench", ["readdir", "io"])
+@pytest.mark.parametrize("bench", ["readdir", "io", "lock"])
 def test_bench_quick_writes_table_json_and_png(tmp_path: Path, qemu_under_test: QemuUnderTest, bench: str) -> None:
     binary = str(qemu_under_test.binary)
     out = run("bench", bench, "--quick", "--qemu", binary, "--qemu", binary,
@@ -281,13 +281,13 @@ def test_readdir_directories_are_made_once_per_run(
     from harness.tools import cli
 
     found: list[tuple[Path, bool]] = []
-    make = readdir._local_dir
+    make = readdir.local_dir
 
     def counted(root: Path, files: int) -> Path:
         found.append((root, (root / f"dir{files}").exists()))
         return make(root, files)
 
-    monkeypatch.setattr(readdir, "_local_dir", counted)
+    monkeypatch.setattr(readdir, "local_dir", counted)
     binary = str(qemu_under_test.binary)
     kept = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}  # main() sets them
     try:
@@ -355,7 +355,6 @@ def test_bisect_step_exit_rule() -> None:
     """The exit status ``git bisect run`` reads: 1 only where the rounds lie apart and the change
     reaches the threshold, in the direction asked for; a rate falls where a time grows."""
     from harness.tools.bench.bisect import decide
-
     from harness.tools.bench.report import chance_apart
 
     # two runs of one binary lie apart by chance: all 3 rounds of one below all of the other's, or above

@@ -123,6 +123,15 @@ def _add_bench(sub: Any) -> None:
     releases.add_argument(
         "--from-json", metavar="F", help="measure nothing: print (and --plot-dir) a saved --json again"
     )
+    lock = bench_sub.add_parser("lock", help="a Trenameat's latency alone and beside a Treaddir collecting entries")
+    common(lock)
+    multidevs(lock)
+    many(lock, "--files", "local directory sizes (default 2000 100000)")
+    lock.add_argument(
+        "--msize", type=int, default=262144, help="msize; the listing asks for msize - 11 (default 256 KiB)"
+    )
+    lock.add_argument("--runs", type=int, default=10, help="renames measured per row (after 2 warm-ups)")
+    lock.add_argument("--quick", action="store_true", help="smoke mode: 20 files, 2 runs")
     step = bench_sub.add_parser(
         "bisect-step", help="one `git bisect run` step over a speed change: exit 0 same speed, 1 changed, 125 skip"
     )
@@ -407,7 +416,7 @@ def _bench(args: argparse.Namespace) -> int:
     variants = [Variant(binary, mode, slot, option) for slot, (binary, mode, option) in enumerate(triples)]  # type: ignore[arg-type]
     run = Run(variants, 1 if getattr(args, "quick", False) else args.rounds)
     # readdir's local directories: made once, listed by every variant and round
-    with readdir_export() if args.bench == "readdir" else contextlib.nullcontext() as export:
+    with readdir_export() if args.bench in ("readdir", "lock") else contextlib.nullcontext() as export:
         run.interleave(lambda variant: _bench_one(args, variant, export), args.bench)
     return run.report(args.json, args.plot)
 
@@ -417,6 +426,12 @@ def _bench_one(args: argparse.Namespace, variant: Any, export: Path | None = Non
         from harness.tools.bench.rtt import rtt_table
 
         return rtt_table(variant, args.transport, args.seconds)
+    if args.bench == "lock":
+        from harness.tools.bench.lock import lock_table
+
+        assert export is not None
+        sizes = args.files or ([20] if args.quick else [2000, 100000])
+        return lock_table(variant, sizes, args.msize, 2 if args.quick else args.runs, export)
     if args.bench == "readdir":
         from harness.tools.bench.readdir import readdir_table
 

@@ -23,7 +23,7 @@ from harness.tools.connect import Connection, connect
 QEMU_PER_LISTING = "QEMU CPU µs/listing"
 
 
-def _local_dir(root: Path, files: int) -> Path:
+def local_dir(root: Path, files: int) -> Path:
     """A directory of ``files`` empty files, made once per bench run."""
     where = root / f"dir{files}"
     if not where.exists():
@@ -71,7 +71,7 @@ def readdir_table(
     )  # fmt: skip
     binary = variant.binary
     places: list[tuple[str, FsConfig, list[str], int]] = [("synth", SynthFs(), ["ReadDirDir"], 100)]
-    places += [("local", variant.local(export), [_local_dir(export, n).name], n) for n in sizes]
+    places += [("local", variant.local(export), [local_dir(export, n).name], n) for n in sizes]
     # per msize: the whole listing (count = msize - 11), then the split counts below it
     splits = {m: [m - wire.RREADDIR_HEADER, *(c for c in counts if c < m - wire.RREADDIR_HEADER)] for m in msizes}
     total = len(places) * sum(map(len, splits.values()))
