@@ -38,6 +38,8 @@ def bisect_step(
     if chosen is None:
         raise HarnessError(f"no measure {measure!r}: one of {', '.join(m.name for m in MEASURES)}")
     settings = Settings.quick() if quick else Settings()
+    # absolute: QEMU starts in a directory of its own, and a bisection names build/qemu-system-x86_64
+    binary, reference = binary.absolute(), reference.absolute()
     tested, base = Variant(binary, "shared", 0), Variant(reference, "shared", 1)
     run = Run([base, tested], rounds)
     with readdir_export() as export:
