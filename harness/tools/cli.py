@@ -139,7 +139,9 @@ def _add_bench(sub: Any) -> None:
     step.add_argument("--qemu-binary", required=True, help="the build of the commit under test")
     step.add_argument("--reference", required=True, help="a build of the bisection's good end")
     step.add_argument("--measure", choices=("readdir", "io", "rtt"), default="readdir")
-    step.add_argument("--row", required=True, help="the row, as `bench releases` names it: 'local 2000 262144 262133'")
+    step.add_argument(
+        "--row", required=True, nargs="+", help="the row, as `bench releases` names it: local 2000 262144 262133"
+    )
     step.add_argument("--threshold", type=float, default=2.0, help="the factor that counts as changed (default 2)")
     step.add_argument("--when", choices=("slower", "faster"), default="slower", help="exit 1 when slower (default)")
     step.add_argument("--rounds", type=int, default=3, help="rounds of each binary, interleaved (default 3)")
@@ -378,7 +380,8 @@ def _bench_kind(args: argparse.Namespace) -> int:
         from harness.tools.bench.bisect import bisect_step
 
         try:
-            return bisect_step(Path(args.qemu_binary), Path(args.reference), args.measure, args.row, args.threshold,
+            row = " ".join(args.row)  # quoted or not: a bisect's sh -c line is quoted already
+            return bisect_step(Path(args.qemu_binary), Path(args.reference), args.measure, row, args.threshold,
                                max(2, args.rounds), args.when, args.quick)  # fmt: skip
         except HarnessError as err:  # 2 would read as "bad" to git bisect: 255 stops it instead
             print(f"error: {err} (exit 255: git bisect run stops)", file=sys.stderr)
