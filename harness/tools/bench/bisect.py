@@ -23,7 +23,7 @@ from pathlib import Path
 from harness.errors import HarnessError
 from harness.tools.bench.readdir import readdir_export
 from harness.tools.bench.releases import MEASURES, Settings
-from harness.tools.bench.report import NOISE, ratio
+from harness.tools.bench.report import row_name, told_apart
 from harness.tools.bench.run import Run
 from harness.tools.bench.variant import Variant
 
@@ -52,7 +52,7 @@ def bisect_step(
     samples = {}
     for variant in (base, tested):
         tables = run.results[variant]
-        names = [" ".join(str(r[k]) for k in tables[0].keys) for r in tables[0].rows]
+        names = [row_name(r, tables[0].keys) for r in tables[0].rows]
         if row not in names:
             print(f"bisect-step: skip ({SKIP}): no row {row!r} on {variant.binary}; rows: {'; '.join(names)}")
             return SKIP
@@ -66,11 +66,10 @@ def decide(
     base: list[float], tested: list[float], higher_is_better: bool, threshold: float, when: str = "slower"
 ) -> tuple[int, str]:
     """The rule of the module docstring on two binaries' rounds: (exit status, why)."""
-    verdict = ratio(base, tested)
     middle = statistics.median(tested) / statistics.median(base)
     slower = 1 / middle if higher_is_better else middle  # a time grows, a rate falls
     factor = slower if when == "slower" else 1 / slower
-    decided = verdict != NOISE and "round" not in verdict
+    decided = told_apart(base, tested)
     status = 1 if decided and factor >= threshold else 0
     apart = "told apart" if decided else "within the noise"
     return status, f"{middle:.2f}x the reference, {apart}; {when} by {factor:.2f}, threshold {threshold}"

@@ -28,7 +28,7 @@ from harness.errors import HarnessError
 from harness.qemu import build, provision, versions
 from harness.tools.bench.io import io_table
 from harness.tools.bench.readdir import QEMU_PER_LISTING, readdir_export, readdir_table
-from harness.tools.bench.report import NOISE, Table, chance_apart, ratio
+from harness.tools.bench.report import NOISE, Table, chance_apart, ratio, row_name
 from harness.tools.bench.rtt import rtt_table
 from harness.tools.bench.run import Run, Steal, load
 from harness.tools.bench.variant import QEMU_PER_OP, Variant, home
@@ -184,7 +184,7 @@ def _lines(data: dict[str, Any], measure: Measure) -> list[dict[str, Any]]:
     compare, keys = shape["compare"], shape["keys"]
     lines = []
     for index, row in enumerate(shape["rounds"][0][0]):
-        name = " ".join(str(row[k]) for k in keys)
+        name = row_name(row, keys)
         before: list[float] = []
         for release, rounds in zip(data["releases"], shape["rounds"], strict=True):
             samples = [r[index][compare] for r in rounds]

@@ -83,6 +83,18 @@ def chance_apart(rounds: int) -> float:
     return 2 / math.comb(2 * rounds, rounds)
 
 
+def told_apart(base: Sequence[float], other: Sequence[float]) -> bool:
+    """Whether two or more rounds each lie apart: every round of one below every round of the other."""
+    if len(base) < 2 or len(other) < 2:
+        return False
+    return max(other) < min(base) or min(other) > max(base)
+
+
+def row_name(row: Row, keys: Sequence[str]) -> str:
+    """A row as the releases table and ``bench bisect-step --row`` name it: its key cells, joined."""
+    return " ".join(str(row[key]) for key in keys)
+
+
 def ratio(base: Sequence[float], other: Sequence[float]) -> str:
     """``other``'s median over ``base``'s, where the rounds tell them apart: every round of one
     is below every round of the other. Where their ranges overlap the run's own noise is as large
@@ -93,8 +105,7 @@ def ratio(base: Sequence[float], other: Sequence[float]) -> str:
     shown = f"{statistics.median(other) / statistics.median(base):.2f}"
     if len(base) < 2 or len(other) < 2:
         return f"{shown} (1 round)"
-    apart = max(other) < min(base) or min(other) > max(base)
-    return shown if apart else NOISE
+    return shown if told_apart(base, other) else NOISE
 
 
 def comparison(results: dict[Variant, list[Table]]) -> tuple[list[str], list[tuple[Any, ...]]]:
