@@ -85,7 +85,7 @@ def export(repo: Path, commit: str, dest: Path, donor: Path | None, log: Path) -
             raise ProvisionError(f"git archive {commit} | tar -x failed; log {log}")
     for name in BORROWED:
         for place in _places(dest, name):
-            if not any(place.iterdir()) if place.is_dir() else True:
+            if not place.is_dir() or not any(place.iterdir()):  # absent, or an empty submodule dir
                 _borrow(name, place, donor)
     if _keymap_options_first(dest):
         _wrap_keymap_gen(dest)
