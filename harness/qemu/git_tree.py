@@ -34,8 +34,9 @@ KEYMAP_COMMANDS = ("code-map", "code-table", "name-map", "name-table", "code-doc
 KEYMAP_WRAPPER = f"""#!/usr/bin/env python3
 # added by virtio9p-harness. This QEMU passes --lang/--varname before the subcommand, which
 # keymap-gen since 2022 wants first; and its QKeyCode enum (qapi/ui.json) lacks keys that
-# keymaps.csv since then maps: their cells are emptied (unmapped) in a copy of the table.
-import csv, hashlib, os, re, sys, tempfile
+# keymaps.csv since then maps: their cells are emptied (unmapped) in a copy of the table, kept
+# beside this wrapper.
+import csv, hashlib, os, re, sys
 commands = {set(KEYMAP_COMMANDS)!r}
 here = os.path.dirname(os.path.abspath(__file__))
 args = sys.argv[1:]
@@ -52,7 +53,7 @@ if table and os.path.exists(ui_json):
         if len(row) > column and row[column] and row[column].lower() not in known:
             row[column] = ""
     digest = hashlib.sha256(repr(rows).encode()).hexdigest()[:12]
-    copy = os.path.join(tempfile.gettempdir(), f"v9p-keymaps-{{digest}}.csv")
+    copy = os.path.join(here, f"keymaps-{{digest}}.csv")  # in the tree: it goes with the build
     with open(copy + ".part", "w", newline="") as out:
         csv.writer(out).writerows(rows)
     os.replace(copy + ".part", copy)
