@@ -1,24 +1,29 @@
 """Fids and descriptors under requests in flight: a fid clunked (or dropped by Tversion) while
 requests on it are in the ring, a clunk of a fid whose request blocks, reads and renames while
-QEMU reclaims descriptors, and 9P2000.u's Twstat rename under readers. Rounds, seeds and the one
-oracle as in :mod:`cases.test_concurrent`, whose model and helpers these share."""
+QEMU reclaims descriptors, and 9P2000.u's Twstat rename under readers. Rounds and seeds as in
+cases/test_concurrent.py, judged by the one judge on the model of the export (fixtures/judge.py),
+but for the reclaim rounds, whose sixty requests no order walk can take: each of their answers
+is checked alone against what every order agrees on (every read its file's bytes, every rename
+done, the listing each file once under one of its names)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cases.test_concurrent import CONTENT, Outcome, assert_serial
+from fixtures.answers import OK, Data, Err, Listing, observed
 from fixtures.batches import in_batches, round_seeds, send_group
 from fixtures.case_path import case_path
-from fixtures.oracle import observed
+from fixtures.judge import judge_group
+from fixtures.mirror import Mirror
+from fixtures.model import RULES
 from fixtures.place import Place
+from fixtures.pool import Device
 from fixtures.races import (
     RENAME_LISTING_RACE,
     ListingRaceSeen,
@@ -29,6 +34,7 @@ from harness.p9.messages import (
     Rclunk,
     Rflush,
     Rlerror,
+    Tattach,
     Tclunk,
     Tflush,
     Tgetattr,
@@ -46,35 +52,6 @@ from harness.p9.session import Session
 from harness.p9.wire import TMessage
 from harness.qemu import versions
 
-
-@dataclass
-class FidModel:
-    """One fid's life: alive until a Tclunk or a Tversion (which drops every fid). On a fid the
-    server does not hold, Tread is EINVAL, Tgetattr, Twalk and Tclunk ENOENT (QEMU's answers, as
-    refused/* pins them); Tversion always answers."""
-
-    alive: bool = True
-
-    @staticmethod
-    def reads(op: str) -> bool:
-        return op in ("read", "getattr", "walk")
-
-    def apply(self, op: str) -> Outcome:
-        if op == "read":
-            return CONTENT if self.alive else "EINVAL"
-        if op == "getattr":
-            return "ok" if self.alive else "ENOENT"
-        if op == "walk":  # no names: no qid
-            return 0 if self.alive else "ENOENT"
-        if op == "clunk":
-            was, self.alive = self.alive, False
-            return "ok" if was else "ENOENT"
-        if op == "version":
-            self.alive = False
-            return "ok"
-        raise AssertionError(op)
-
-
 FID_REQUESTS: dict[str, Callable[[Session, int], TMessage[Any]]] = {
     "read": lambda p9, fid: Tread(fid=fid, offset=0, count=100),
     "getattr": lambda p9, fid: Tgetattr(fid=fid, request_mask=wire.GETATTR_BASIC),
@@ -82,35 +59,43 @@ FID_REQUESTS: dict[str, Callable[[Session, int], TMessage[Any]]] = {
     "clunk": lambda p9, fid: Tclunk(fid=fid),
     "version": lambda p9, fid: Tversion(msize=8192, version=wire.DOTL),
 }
+CONTENT = b"concurrent content"
 
 
 @case_path("concurrent/fid_lifetime/{kick}", kick=["one_kick", "staggered"])
 def test_fid_clunked_or_dropped_with_requests_in_flight(
-    p9: Session, device: Any, request: pytest.FixtureRequest, backend: str, kick: str
+    mirror: Mirror, device: Device, request: pytest.FixtureRequest, backend: str, kick: str
 ) -> None:
     """Tclunk (twice) and Tversion of an open fid while reads, attribute reads and walks of it are
     in flight: every answer one of some serial order (before the clunk it works, after it the
     fid is unknown), QEMU alive, no host fd left behind."""
+    p9 = mirror.session
     name = "LOPEN" if backend == "synth" else "concurrent-fid-lifetime"
     if backend == "local":
-        (Path(device.machine.config.fs.path) / name).write_bytes(CONTENT)
+        mirror.path(name).write_bytes(CONTENT)
+        mirror.learn(())
+    top = [name] if backend == "synth" else [mirror.path().name, name]
     for seed in round_seeds(request):
         rng = random.Random(seed)
-        p9.version(8192)
-        p9.attach(0)
-        fid = p9.walk_fid(0, [name])
-        p9.lopen(fid, os.O_RDONLY)
+        mirror.rpc(Tversion(msize=8192, version=wire.DOTL))
+        mirror.rpc(Tattach(fid=0, afid=wire.NOFID, uname="", aname="", n_uname=0))
+        fid = mirror.opened(0, top, os.O_RDONLY)
         readers = ["getattr", "walk"] + (["read"] if backend == "local" else [])
         ops = rng.sample(["clunk", "clunk", "version"], rng.randint(1, 3)) + rng.sample(
             readers, rng.randint(1, len(readers))
         )
         rng.shuffle(ops)
-        answers = send_group(p9, [FID_REQUESTS[op](p9, fid) for op in ops], kick == "staggered")
-        assert_serial(request, seed, ops, answers, FidModel)
+        requests = [FID_REQUESTS[op](p9, fid) for op in ops]
+        start = mirror.model.copy
+        answers = send_group(p9, requests, kick == "staggered")
+        ends, failure = judge_group(requests, answers, start)
+        where = f"round of seed {seed} (-k '{request.node.callspec.id}' --concurrent-seed {seed})"
+        assert failure is None, f"{where}: {failure}"
         assert device.alive()
-        p9.version(8192)  # whatever the round left: every fid dropped
+        mirror.model = ends[0]
+        mirror.send(Tversion(msize=8192, version=wire.DOTL))  # whatever the round left: every fid dropped
     if backend == "local":
-        (Path(device.machine.config.fs.path) / name).unlink()
+        mirror.path(name).unlink()
 
 
 RECLAIM_NOFILE = 200  # QEMU's reclaim mark is then 134 descriptors (cases/test_reclaim.py)
@@ -168,14 +153,14 @@ def test_reads_and_renames_while_descriptors_are_reclaimed(
                 races.chance(frames[at])
             if isinstance(request_, Tread):
                 i = opened.index(request_.fid)
-                assert got == f"file {i}".encode(), f"{where}: {request_} read {got!r}"
+                assert got == Data(f"file {i}".encode()), f"{where}: {request_} read {got!r}"
             elif isinstance(request_, Trenameat):
-                assert got == "ok", f"{where}: {request_} answered {got}"
-            elif got == "ENOENT":  # the known race: where the fix is in, no marker expects it and the case fails
+                assert got == OK, f"{where}: {request_} answered {got}"
+            elif got == Err(errno.ENOENT):  # the known race: where the fix is in, no marker expects it: a failure
                 races.saw(ListingRaceSeen, f"seed {seed}", frames[at])
             else:
-                names = got - {".", ".."} if isinstance(got, frozenset) else got
-                assert isinstance(names, frozenset), f"{where}: the listing answered {got}"
+                assert isinstance(got, Listing), f"{where}: the listing answered {got}"
+                names = got.names - {".", ".."}
                 wanted = {f"f{i}" for i in range(RECLAIM_FILES) if i not in renamed}
                 either = {i for i in renamed if (f"f{i}" in names) != (f"g{i}" in names)}
                 assert wanted <= names and either == renamed and len(names) == RECLAIM_FILES, (
@@ -200,37 +185,13 @@ def test_clunk_of_a_fid_with_a_blocked_request(attached: Session, device: Any) -
     clunk = p9.send(Tclunk(fid=fid))
     after = p9.send(Tgetattr(fid=fid, request_mask=wire.GETATTR_BASIC))
     assert isinstance(clunk.wait().message, Rclunk)
-    assert observed(after) == "ENOENT"
+    assert observed(after) == Err(RULES[Tgetattr].unknown)
     flush = p9.send(Tflush(oldtag=write.tag))
     flushed, done = write.wait(), flush.wait()
     assert flushed.used_len == 0 and isinstance(done.message, Rflush) and flushed.order < done.order
     assert device.alive()
     again = p9.walk_fid(0, ["FLUSH"])
     p9.clunk(again)
-
-
-@dataclass
-class WstatModel:
-    """9P2000.u: the file renamed by a Twstat of its own fid (the fid follows), walks by name, and
-    Tstat of the fid, whose name is the file's name at that point of the order."""
-
-    name: str = "f"
-
-    @staticmethod
-    def reads(op: str) -> bool:
-        return op != "wstat_rename"
-
-    def apply(self, op: str) -> Outcome:
-        if op == "wstat_rename":
-            if self.name != "f":
-                return "ENOENT"
-            self.name = "g"
-            return "ok"
-        if op in ("walk_f", "walk_g"):
-            return 1 if op[-1] == self.name else "ENOENT"
-        if op == "stat":
-            return self.name
-        raise AssertionError(op)
 
 
 #: op -> the request, from the session, the directory's fid and the file's
@@ -245,21 +206,26 @@ WSTAT_REQUESTS: dict[str, Callable[[Session, int, int], TMessage[Any]]] = {
 @pytest.mark.fsdev(security_model="passthrough")
 @case_path("concurrent/wstat_rename/{kick}", backends=["local"], dialect=[wire.DOTU], kick=["one_kick", "staggered"])
 def test_wstat_rename_under_readers(
-    place: Place, device: Any, request: pytest.FixtureRequest, dialect: str, kick: str
+    mirror: Mirror, device: Device, request: pytest.FixtureRequest, dialect: str, kick: str
 ) -> None:
     """9P2000.u's rename (a Twstat of the file's own fid with a new name) in flight with walks of
     both names and Tstat of the fid: answers of some serial order, the Tstat's name included."""
-    p9 = place.session
+    p9 = mirror.session
     for seed in round_seeds(request):
         rng = random.Random(seed)
-        for entry in place.host_path().iterdir():
+        for entry in mirror.path().iterdir():
             entry.unlink()
-        place.host_path("f").write_bytes(CONTENT)
-        fid = p9.walk_fid(place.fid, ["f"])
+        mirror.path("f").write_bytes(CONTENT)
+        mirror.learn(())
+        fid = mirror.walk(mirror.fid, ["f"])
         ops = ["wstat_rename", *rng.sample(["walk_f", "walk_g", "stat", "stat"], rng.randint(1, 4))]
         rng.shuffle(ops)
-        pendings_answers = send_group(p9, [WSTAT_REQUESTS[op](p9, place.fid, fid) for op in ops], kick == "staggered")
-        assert_serial(request, seed, ops, pendings_answers, WstatModel)
+        requests = [WSTAT_REQUESTS[op](p9, mirror.fid, fid) for op in ops]
+        start = mirror.model.copy
+        answers = send_group(p9, requests, kick == "staggered")
+        ends, failure = judge_group(requests, answers, start)
+        where = f"round of seed {seed} (-k '{request.node.callspec.id}' --concurrent-seed {seed})"
+        assert failure is None, f"{where}: {failure}"
         assert device.alive()
-        for held in sorted(p9.fids - {0, place.fid}):
-            p9.clunk(held)
+        mirror.model = ends[0]
+        mirror.clunk_all({0, mirror.fid})

@@ -10,14 +10,13 @@ last steps in the report, and the case's reproducer replays its batches one kick
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from fixtures.case_path import case_path
-from fixtures.place import Place
+from fixtures.mirror import Mirror
 from fixtures.races import HUNTER_RACES, KnownRaceSeen, RaceLog
-from harness.qemu import versions
 
 if TYPE_CHECKING:
     from hypothesis import settings
@@ -38,7 +37,7 @@ def budget(seeded: object = None) -> settings:
 @pytest.mark.qemu_bug(fixed_in=(), race=True, raises=KnownRaceSeen, reason=HUNTER_RACES,
                       upstream=("listing-race", "create-race", "same-fid-lcreate", "walk-rename"))  # fmt: skip
 @case_path("model/session", backends=["local"])
-def test_session_against_a_model(place: Place, qemu_under_test: Any, request: pytest.FixtureRequest) -> None:
+def test_session_against_a_model(mirror: Mirror, request: pytest.FixtureRequest) -> None:
     """Every reply of a random session agrees with the in-memory model of the tree; the replies of
     each batch of requests in flight together are some serial order's. A reply of a known race
     (fixtures/races.py) is checked as the answer it stands for and noted, the session goes on,
@@ -48,10 +47,8 @@ def test_session_against_a_model(place: Place, qemu_under_test: Any, request: py
     from cases.model_session import SessionAgainstModel
 
     runs, races = itertools.count(), RaceLog()
-    remaps = versions.has(qemu_under_test.probe.version, versions.REMAP_DEFAULT)
     # "state_machine_factory is anything which returns an instance of RuleBasedStateMachine when
     # called with no arguments" (its docstring); the annotation says type[...] only
-    host = place.host_path()
-    factory = lambda: SessionAgainstModel(place.session, place.fid, f"run{next(runs)}", remaps, races, host)  # noqa: E731
+    factory = lambda: SessionAgainstModel(mirror, f"run{next(runs)}", races)  # noqa: E731
     run_state_machine_as_test(factory, settings=budget(request.config.getoption("hypothesis_seed", None)))  # type: ignore[arg-type]
     races.raise_if_seen("a known race showed")

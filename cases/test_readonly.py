@@ -15,8 +15,11 @@ import pytest
 
 from fixtures.case_path import case_path
 from fixtures.expect import UnexpectedReply, expect_rlerror
+from fixtures.mirror import Mirror
+from fixtures.model import Server
 from fixtures.place import Place
-from fixtures.refusal import Refusal, Targets, refused
+from fixtures.refusal import Refusal, refused
+from fixtures.subjects import Targets
 from harness.p9 import wire
 from harness.p9.messages import (
     Tclunk,
@@ -66,63 +69,56 @@ def populate(host: Path) -> None:
 #: 9P2000.L requests that change the tree, each aimed at the export's files.
 DOTL_REFUSED: dict[str, Refusal] = {
     "Tlcreate": Refusal(
-        lambda t: Tlcreate(fid=t.dir_clone, name="new", flags=os.O_RDWR, mode=0o644, gid=0), errno.EROFS
-    ),
-    "Tsymlink": Refusal(lambda t: Tsymlink(fid=t.dir, name="new", symtgt="f", gid=0), errno.EROFS),
+        lambda t: Tlcreate(fid=t.dir_clone, name="new", flags=os.O_RDWR, mode=0o644, gid=0)),
+    "Tsymlink": Refusal(lambda t: Tsymlink(fid=t.dir, name="new", symtgt="f", gid=0)),
     "Tmknod": Refusal(
-        lambda t: Tmknod(dfid=t.dir, name="new", mode=stat.S_IFREG | 0o600, major=0, minor=0, gid=0), errno.EROFS
-    ),
-    "Tmkdir": Refusal(lambda t: Tmkdir(dfid=t.dir, name="new", mode=0o755, gid=0), errno.EROFS),
-    "Tlink": Refusal(lambda t: Tlink(dfid=t.dir, fid=t.file, name="new"), errno.EROFS),
-    "Trename": Refusal(lambda t: Trename(fid=t.file, dfid=t.dir, name="new"), errno.EROFS),
+        lambda t: Tmknod(dfid=t.dir, name="new", mode=stat.S_IFREG | 0o600, major=0, minor=0, gid=0)),
+    "Tmkdir": Refusal(lambda t: Tmkdir(dfid=t.dir, name="new", mode=0o755, gid=0)),
+    "Tlink": Refusal(lambda t: Tlink(dfid=t.dir, fid=t.file, name="new")),
+    "Trename": Refusal(lambda t: Trename(fid=t.file, dfid=t.dir, name="new")),
     "Trenameat": Refusal(
-        lambda t: Trenameat(olddirfid=t.dir, oldname="f", newdirfid=t.dir, newname="new"), errno.EROFS
-    ),
-    "Tunlinkat": Refusal(lambda t: Tunlinkat(dirfd=t.dir, name="f", flags=0), errno.EROFS),
-    "Tunlinkat_dir": Refusal(lambda t: Tunlinkat(dirfd=t.dir, name="d", flags=wire.AT_REMOVEDIR), errno.EROFS),
-    "Tsetattr_mode": Refusal(lambda t: Tsetattr(fid=t.file, valid=0x1, mode=0o600), errno.EROFS),
-    "Tsetattr_owner": Refusal(lambda t: Tsetattr(fid=t.file, valid=0x2 | 0x4, uid=1, gid=1), errno.EROFS),
-    "Tsetattr_size": Refusal(lambda t: Tsetattr(fid=t.file, valid=0x8, size=0), errno.EROFS),
-    "Tsetattr_times": Refusal(lambda t: Tsetattr(fid=t.file, valid=0x10 | 0x20, atime_sec=1, mtime_sec=1), errno.EROFS),
+        lambda t: Trenameat(olddirfid=t.dir, oldname="f", newdirfid=t.dir, newname="new")),
+    "Tunlinkat": Refusal(lambda t: Tunlinkat(dirfd=t.dir, name="f", flags=0)),
+    "Tunlinkat_dir": Refusal(lambda t: Tunlinkat(dirfd=t.dir, name="d", flags=wire.AT_REMOVEDIR)),
+    "Tsetattr_mode": Refusal(lambda t: Tsetattr(fid=t.file, valid=0x1, mode=0o600)),
+    "Tsetattr_owner": Refusal(lambda t: Tsetattr(fid=t.file, valid=0x2 | 0x4, uid=1, gid=1)),
+    "Tsetattr_size": Refusal(lambda t: Tsetattr(fid=t.file, valid=0x8, size=0)),
+    "Tsetattr_times": Refusal(lambda t: Tsetattr(fid=t.file, valid=0x10 | 0x20, atime_sec=1, mtime_sec=1)),
     "Txattrcreate": Refusal(
-        lambda t: Txattrcreate(fid=t.file_clone, name="user.new", attr_size=1, flags=0), errno.EROFS
-    ),
+        lambda t: Txattrcreate(fid=t.file_clone, name="user.new", attr_size=1, flags=0)),
     "Txattrcreate_remove": Refusal(
-        lambda t: Txattrcreate(fid=t.file_clone, name="user.kept", attr_size=0, flags=0), errno.EROFS
-    ),
-    "Twrite": Refusal(lambda t: Twrite(fid=t.open_file, offset=0, data=b"X"), errno.EROFS),
-    "Tlopen_O_WRONLY": Refusal(lambda t: Tlopen(fid=t.file_clone, flags=os.O_WRONLY), errno.EROFS),
-    "Tlopen_O_RDWR": Refusal(lambda t: Tlopen(fid=t.file_clone, flags=os.O_RDWR), errno.EROFS),
-    "Tlopen_O_APPEND": Refusal(lambda t: Tlopen(fid=t.file_clone, flags=os.O_RDONLY | os.O_APPEND), errno.EROFS),
-    "Tlopen_O_TRUNC": Refusal(lambda t: Tlopen(fid=t.file_clone, flags=os.O_RDONLY | os.O_TRUNC), errno.EROFS),
+        lambda t: Txattrcreate(fid=t.file_clone, name="user.kept", attr_size=0, flags=0)),
+    "Twrite": Refusal(lambda t: Twrite(fid=t.open_file, offset=0, data=b"X")),
+    "Tlopen_O_WRONLY": Refusal(lambda t: Tlopen(fid=t.file_clone, flags=os.O_WRONLY)),
+    "Tlopen_O_RDWR": Refusal(lambda t: Tlopen(fid=t.file_clone, flags=os.O_RDWR)),
+    "Tlopen_O_APPEND": Refusal(lambda t: Tlopen(fid=t.file_clone, flags=os.O_RDONLY | os.O_APPEND)),
+    "Tlopen_O_TRUNC": Refusal(lambda t: Tlopen(fid=t.file_clone, flags=os.O_RDONLY | os.O_TRUNC)),
 }
 #: 9P2000.u's own: Tcreate, Twstat, and Topen for writing or truncating (the mode byte).
 DOTU_REFUSED: dict[str, Refusal] = {
     "Tcreate": Refusal(
-        lambda t: Tcreate(fid=t.dir_clone, name="new", perm=0o644, mode=wire.ORDWR, extension=""), errno.EROFS
-    ),
+        lambda t: Tcreate(fid=t.dir_clone, name="new", perm=0o644, mode=wire.ORDWR, extension="")),
     "Tcreate_dir": Refusal(
-        lambda t: Tcreate(fid=t.dir_clone, name="new", perm=wire.DMDIR | 0o755, mode=0, extension=""), errno.EROFS
-    ),
-    "Twstat_mode": Refusal(lambda t: twstat(t.file, mode=0o600), errno.EROFS),
-    "Twstat_name": Refusal(lambda t: twstat(t.file, name="new"), errno.EROFS),
-    "Twstat_length": Refusal(lambda t: twstat(t.file, length=0), errno.EROFS),
-    "Topen_OWRITE": Refusal(lambda t: Topen(fid=t.file_clone, mode=wire.OWRITE), errno.EROFS),
-    "Topen_ORDWR": Refusal(lambda t: Topen(fid=t.file_clone, mode=wire.ORDWR), errno.EROFS),
-    "Topen_OREAD_OTRUNC": Refusal(lambda t: Topen(fid=t.file_clone, mode=wire.OREAD | wire.OTRUNC), errno.EROFS),
-    "Topen_OREAD_OAPPEND": Refusal(lambda t: Topen(fid=t.file_clone, mode=wire.OREAD | wire.OAPPEND), errno.EROFS),
-    "Twrite": Refusal(lambda t: Twrite(fid=t.open_file, offset=0, data=b"X"), errno.EROFS),
-    "Tremove": Refusal(lambda t: Tremove(fid=t.file_clone), errno.EROFS),
+        lambda t: Tcreate(fid=t.dir_clone, name="new", perm=wire.DMDIR | 0o755, mode=0, extension="")),
+    "Twstat_mode": Refusal(lambda t: twstat(t.file, mode=0o600)),
+    "Twstat_name": Refusal(lambda t: twstat(t.file, name="new")),
+    "Twstat_length": Refusal(lambda t: twstat(t.file, length=0)),
+    "Topen_OWRITE": Refusal(lambda t: Topen(fid=t.file_clone, mode=wire.OWRITE)),
+    "Topen_ORDWR": Refusal(lambda t: Topen(fid=t.file_clone, mode=wire.ORDWR)),
+    "Topen_OREAD_OTRUNC": Refusal(lambda t: Topen(fid=t.file_clone, mode=wire.OREAD | wire.OTRUNC)),
+    "Topen_OREAD_OAPPEND": Refusal(lambda t: Topen(fid=t.file_clone, mode=wire.OREAD | wire.OAPPEND)),
+    "Twrite": Refusal(lambda t: Twrite(fid=t.open_file, offset=0, data=b"X")),
+    "Tremove": Refusal(lambda t: Tremove(fid=t.file_clone)),
 }
 
 
 @READONLY
 @case_path("readonly/refused/{dialect}/{message}", backends=["local"], dialect=[wire.DOTL],
            message=list(DOTL_REFUSED))  # fmt: skip
-def test_modifying_request_is_refused(place: Place, dialect: str, message: str) -> None:
+def test_modifying_request_is_refused(mirror: Mirror, dialect: str, message: str) -> None:
     """EROFS, and the export exactly as it was: no node made, moved, removed, resized, chmodded,
     chowned, retimed or written, no xattr set or removed."""
-    refused(place, DOTL_REFUSED[message], populate)
+    refused(mirror, DOTL_REFUSED[message], populate)
 
 
 TRUNC_BYPASS = (
@@ -139,10 +135,10 @@ TRUNC_BYPASS = (
 @READONLY
 @case_path("readonly/refused/{dialect}/{message}", backends=["local"], dialect=[wire.DOTU],
            message=list(DOTU_REFUSED))  # fmt: skip
-def test_modifying_dotu_request_is_refused(place: Place, dialect: str, message: str) -> None:
+def test_modifying_dotu_request_is_refused(mirror: Mirror, dialect: str, message: str) -> None:
     """The same for 9P2000.u's requests, Topen's mode byte included (OTRUNC alone, with OREAD,
     is a write)."""
-    refused(place, DOTU_REFUSED[message], populate)
+    refused(mirror, DOTU_REFUSED[message], populate)
 
 
 @pytest.mark.qemu_bug(
@@ -245,7 +241,9 @@ ALLOWED: dict[str, tuple[str, Callable[[Session, Targets], None]]] = {
 
 @READONLY
 @case_path("readonly/allowed/{message}", backends=["local"], message=list(ALLOWED))
-def test_reading_request_still_works(message: str, backend: str, p9: Session, local_export: Path) -> None:
+def test_reading_request_still_works(
+    message: str, backend: str, p9: Session, local_export: Path, server: Server
+) -> None:
     """Reads, listings, walks, attributes, link targets, statfs, xattr reads, fsync and locks work
     on a read-only export (9P2000.u's Tstat, Topen for reading, directory Tread too), and change
     nothing."""
@@ -255,8 +253,8 @@ def test_reading_request_still_works(message: str, backend: str, p9: Session, lo
     place = Place.open(p9, "local", local_export, f"readonly-allowed-{message}")
     populate(place.host_path())
     before = place.host_state()
-    fids = Targets(place)
-    check(p9, fids)
+    mirror = Mirror.at(p9, server, place.fid, place.host)
+    check(p9, Targets(mirror, place.fid))
     assert place.host_state() == before
     for fid in set(p9.fids) - {0}:
         p9.clunk(fid)

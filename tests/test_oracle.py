@@ -1,27 +1,29 @@
-"""The one oracle (fixtures/oracle.py) and the one race bookkeeping (fixtures/races.py RaceLog),
-on recorded answers, no QEMU: what some serial order gives is accepted, what none gives is
-refused, for every model the cases and the hunter judge with; a race raises with every chance."""
+"""The one oracle (fixtures/oracle.py), the one judge (fixtures/judge.py) and the one race
+bookkeeping (fixtures/races.py RaceLog), on recorded answers, no QEMU: what some serial order of
+the model of the export gives is accepted, what none gives is refused, for every relation the
+concurrent families judge; a known race's reply is read as what it stands for, and nothing else
+is; a race raises with every chance."""
 
 from __future__ import annotations
 
 import errno
-import os
+import itertools
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cases.model_tree import BatchModel, BatchOp, Model, Sent
-from cases.test_concurrent import Model as DirModel
-from cases.test_concurrent import NameModel
-from cases.test_concurrent_fids import FidModel, WstatModel
-from fixtures.operations import FID_OPS, STATE_CONTENT, STATE_KINDS, Seen, state_outcome
+from fixtures.answers import OK, Answer, Data, Err, Listing, Walked
+from fixtures.judge import Steps, judge_group
+from fixtures.model import Export, Fid, Kind, Node, Server
 from fixtures.oracle import ANY, every_order, linearizations, serial_outcomes
-from fixtures.pairs import EXCLUDED, PAIRS, fresh
-from fixtures.races import CreateRaceSeen, KnownRaceSeen, ListingRaceSeen, RaceLog, WalkRaceSeen
+from fixtures.pairs import CONTENT, EXCLUDED, PAIR_OPS, PAIRS, round_model
+from fixtures.races import CreateRaceSeen, KnownRaceSeen, ListingRaceSeen, RaceLog, SameFidRaceSeen, WalkRaceSeen
+from harness.p9 import wire
+from harness.p9.messages import Tclunk, Tgetattr, Tmkdir, Treaddir, Trenameat, Tsymlink, Tunlinkat, Twalk
+from harness.p9.wire import TMessage
 
 
 @dataclass
@@ -58,48 +60,105 @@ def test_answers_no_order_gives_are_refused() -> None:
         linearizations(ops, (0, 1), Register)
 
 
-def test_the_end_state_is_the_matching_orders() -> None:
-    ends = linearizations(["set1", "set2"], (0, 1), Register)
-    assert [m.value for m in ends] == [2]
+def _round(ops: list[str]) -> tuple[list[TMessage[Any]], Export]:
+    model, fids = round_model()
+    return [PAIR_OPS[op].request(fids) for op in ops], model
 
 
-# one recorded answer per model that no serial order gives: each relation the cases judge
-NOT_SERIAL = [
-    # same name: the new name unlinked though the rename that made it failed
-    (DirModel, ["rename_f_g", "unlink_g", "walk_f"], ("ENOENT", "ok", "ENOENT")),
-    # a listing that has both names of one renamed file
-    (DirModel, ["rename_f_g", "readdir"], ("ok", frozenset({"f", "g", "s", "l", ".", ".."}))),
-    # same fid: read after the only clunk that succeeded, while getattr says gone
-    (FidModel, ["clunk", "clunk"], ("ok", "ok")),
-    # the only clunk refused, yet the fid answered after it
-    (FidModel, ["clunk", "getattr"], ("ENOENT", "ok")),
-    # same name made twice
-    (NameModel, ["mkdir_a", "mkdir_a2"], ("ok", "ok")),
-    # a name removed that no order made
-    (NameModel, ["symlink_a", "rmdir_a"], ("ok", "ok")),
-    # the Tstat's name is neither the name before nor after the rename
-    (WstatModel, ["wstat_rename", "stat"], ("ok", "h")),
-]
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(sorted(PAIR_OPS)), min_size=1, max_size=4))
+def test_on_the_model_the_pruned_walk_gives_what_every_order_gives(ops: list[str]) -> None:
+    """The model of the export through the judge's steps: a reader run on a copy of each state,
+    the writers' orders walked, gives every order's answers."""
+    requests, model = _round(ops)
+    start = lambda: Steps(model.copy())  # noqa: E731
+    assert serial_outcomes(requests, start) == every_order(requests, start)
 
 
-@pytest.mark.parametrize(("model", "ops", "answers"), NOT_SERIAL, ids=[f"{m.__name__}-{o}" for m, o, _ in NOT_SERIAL])
-def test_each_model_refuses_what_no_order_gives(model: type, ops: list[str], answers: tuple[object, ...]) -> None:
-    assert answers not in serial_outcomes(ops, model)
-    assert not linearizations(ops, answers, model)
+# per relation, recorded answers no serial order of the pair gives
+PAIR_SLIPS: dict[str, tuple[str, tuple[Answer, ...]]] = {
+    # same fid: the fid followed the rename, yet Tgetattr on it failed after the rename succeeded
+    "same_fid": ("getattr_F+rename_f_g", (Err(errno.ENOENT), OK)),
+    # same name: the walk found f after an unlink of it succeeded, and the unlink ran first
+    "same_name": ("walk_f+unlink_f", (Err(errno.ENOENT), Err(errno.ENOENT))),
+    # a name inside the other's directory: the directory removed while it still held x
+    "inside": ("getattr_X+rmdir_d", (OK, OK)),
+    # the listing: both the old and the new name of one renamed file
+    "listing": ("readdir+rename_f_g", (Listing(frozenset({".", "..", "f", "g", "d", "l"})), OK)),
+}
 
 
-def test_the_hunters_batches_through_the_same_oracle() -> None:
-    tree = Model()
-    tree.nodes[("a",)] = None
-    mkdir, rmdir = BatchOp("mkdir", ("a", "b")), BatchOp("rmdir", ("a",))
-    sent = [Sent(mkdir, (0,)), Sent(rmdir, (1,))]
+@pytest.mark.parametrize("relation", list(PAIR_SLIPS))
+def test_each_relation_refuses_answers_no_order_of_its_pair_gives(relation: str) -> None:
+    pair, answers = PAIR_SLIPS[relation]
+    assert PAIRS[pair] == relation
+    requests, model = _round(pair.split("+"))
+    ends, failure = judge_group(requests, answers, model.copy)
+    assert not ends and failure is not None and "no serial order" in failure
+    assert serial_outcomes(requests, lambda: Steps(model.copy()))  # and some answers it does give
 
-    def start() -> BatchModel:
-        return BatchModel(tree, [("a",), ()])
 
-    assert linearizations(sent, (0, errno.ENOTEMPTY), start)  # mkdir first
-    assert linearizations(sent, (errno.ENOENT, 0), start)  # rmdir first
-    assert not linearizations(sent, (0, 0), start)  # both succeeded: a directory removed with a child
+def test_every_excluded_pair_answers_alike_in_both_orders() -> None:
+    """The claim of EXCLUDED, on the model: either order gives the same answers and the same end."""
+    for pair, why in EXCLUDED.items():
+        first, second = pair.split("+")
+        requests, model = _round([first, second])
+        one, other = model.copy(), model.copy()
+        forwards = (one.apply(requests[0]), one.apply(requests[1]))
+        backwards = (other.apply(requests[1]), other.apply(requests[0]))
+        assert forwards == backwards[::-1], (pair, why)
+
+
+def _directory(server: Server | None = None) -> Export:
+    model = Export(server)
+    model.root.entries["a"] = Node(Kind.DIR, 0o755)
+    model.fids[1] = Fid(())
+    return model
+
+
+def test_the_create_race_is_read_as_made_or_as_lost() -> None:
+    """A Tmkdir that answered ENOENT beside a remove of its name reads as made (ok), or as made
+    and lost at once; a remover's wrong errno is no race, and neither is ENOENT with no remover."""
+    model = _directory()
+    mkdir, rmdir = Tmkdir(dfid=1, name="b", mode=0o755, gid=0), Tunlinkat(dirfd=1, name="b", flags=wire.AT_REMOVEDIR)
+    races = RaceLog()
+    ends, failure = judge_group([mkdir, rmdir], (Err(errno.ENOENT), OK), model.copy, (b"m", b"r"), races, "here")
+    assert failure is None and ends and races.seen[0][0] is CreateRaceSeen
+    _, failure = judge_group([mkdir, rmdir], (Err(errno.ENOENT), Err(errno.ENOTDIR)), model.copy)
+    assert failure is not None  # a remover's wrong errno
+    _, failure = judge_group([mkdir], (Err(errno.ENOENT),), model.copy)
+    assert failure is not None  # no request that could have removed it
+    symlink = Tsymlink(fid=1, name="b", symtgt="t", gid=0)
+    ends, failure = judge_group([symlink, rmdir, mkdir], (OK, OK, Err(errno.ELOOP)), model.copy)
+    assert failure is None  # a symlink took the name meanwhile (passthrough's ELOOP)
+
+
+def test_the_other_races_read_only_their_own_replies() -> None:
+    model, fids = round_model()
+    lcreate = PAIR_OPS["lcreate_C"].request(fids)
+    races = RaceLog()
+    ends, failure = judge_group([lcreate, lcreate], (OK, Err(errno.ENOTDIR)), model.copy, (b"1", b"2"), races)
+    assert failure is None and races.seen[0][0] is SameFidRaceSeen
+    walk, rename = PAIR_OPS["walk_dx"].request(fids), PAIR_OPS["rename_d_e"].request(fids)
+    ends, failure = judge_group([walk, rename], (Walked(1), OK), model.copy, (b"w", b"r"), races := RaceLog())
+    assert failure is None and races.seen[0][0] is WalkRaceSeen
+    remapped, _ = round_model(Server(remap=True))
+    readdir, unlink = PAIR_OPS["readdir"].request(fids), PAIR_OPS["unlink_f"].request(fids)
+    races = RaceLog()
+    ends, failure = judge_group([readdir, unlink], (Err(errno.ENOENT), OK), remapped.copy, (b"l", b"u"), races)
+    assert failure is None and races.seen[0][0] is ListingRaceSeen
+    _, failure = judge_group([readdir, unlink], (Err(errno.ENOENT), OK), model.copy)
+    assert failure is not None  # no remap, no listing race
+
+
+def test_a_flushed_request_reads_as_done_or_not() -> None:
+    model, fids = round_model()
+    from fixtures.answers import FLUSHED
+
+    unlink = PAIR_OPS["unlink_f"].request(fids)
+    ends, failure = judge_group([unlink], (FLUSHED,), model.copy)
+    tops = [end.at(("top",)) for end in ends]
+    assert failure is None and {"f" in top.entries for top in tops if top is not None} == {False, True}
 
 
 def test_a_race_log_raises_with_every_chance() -> None:
@@ -117,72 +176,8 @@ def test_a_race_log_raises_with_every_chance() -> None:
     assert type(mixed.value) is KnownRaceSeen
 
 
-# -- the pairs (fixtures/pairs.py): per relation, recorded answers no serial order of the pair gives --
-
-PAIR_SLIPS = {
-    # same fid: the fid followed the rename, yet Tgetattr on it failed after the rename succeeded
-    # and before no other request could have removed it
-    "same_fid": ("getattr_F+rename_f_g", ("ENOENT", "ok")),
-    # same name: the walk found f after an unlink of it succeeded, and the unlink ran first
-    "same_name": ("walk_f+unlink_f", ("ENOENT", "ENOENT")),
-    # a name inside the other's directory: the directory removed while it still held x
-    "inside": ("getattr_X+rmdir_d", ("ok", "ok")),
-    # the listing: both the old and the new name of one renamed file
-    "listing": ("readdir+rename_f_g", (frozenset({".", "..", "f", "g", "d", "l"}), "ok")),
-}
-
-
-@pytest.mark.parametrize("relation", list(PAIR_SLIPS))
-def test_each_relation_refuses_answers_no_order_of_its_pair_gives(relation: str) -> None:
-    pair, answers, *_ = PAIR_SLIPS[relation]
-    assert PAIRS[pair] == relation
-    ops = pair.split("+")
-    assert not linearizations(ops, answers, fresh), (pair, answers)
-    assert serial_outcomes(ops, fresh), pair  # and some answers it does give
-
-
-def test_every_pair_that_is_a_case_conflicts_and_every_excluded_one_cannot() -> None:
-    for pair in PAIRS:
-        first, second = pair.split("+")
-        assert len(serial_outcomes([first, second], fresh)) >= 1
-    for pair, why in EXCLUDED.items():
-        first, second = pair.split("+")
-        # apart or both reading: the two orders answer alike and leave the same directory
-        one, other = fresh(), fresh()
-        answers = (one.apply(first), one.apply(second))
-        swapped = (other.apply(second), other.apply(first))
-        assert answers == swapped[::-1] and one == other, (pair, why)
-
-
-# -- the states (fixtures/operations.py state_outcome): per state, an answer a slip in QEMU gives --
-
-STATE_SLIPS = {
-    "unknown": ("getattr", 0),  # a fid the server never made answered
-    "clunked": ("read", 0),  # a clunked fid read
-    "file": ("read", 0),  # a fid never opened read
-    "open": ("lopen", 0),  # opened twice
-    "xattr": ("lcreate", 0),  # an xattr fid turned into a new file
-    "removed_9p": ("getattr", 0),  # a removed file's attributes by path
-    "removed_host": ("lopen", 0),  # a file removed on the host opened
-    "open_removed_host": ("read", errno.ENOENT),  # the descriptor forgotten: read by path
-    "replaced_by_dir_host": ("setattr_size", 0),  # a directory truncated
-    "dir": ("readlink", 0),  # a directory read as a link
-    "symlink": ("lopen", 0),  # a symlink followed
-    "fifo": ("lopen", 0),  # a FIFO opened (CVE-2023-2861)
-    "root": ("remove", 0),  # the export root removed
-}
-
-
-@pytest.mark.parametrize("state", list(STATE_KINDS))
-def test_each_state_refuses_an_answer_a_slip_would_give(state: str) -> None:
-    op, slipped = STATE_SLIPS[state]
-    for model in ("passthrough", "mapped-xattr"):
-        assert state_outcome(op, state, model) != slipped, (state, op, model)
-
-
 def test_a_walk_race_reproducer_wants_every_name_or_an_error() -> None:
-    from harness.p9 import wire
-    from harness.p9.messages import Rlerror, Rwalk, Twalk
+    from harness.p9.messages import Rlerror, Rwalk
     from harness.p9.trace import Expectation, Step
     from harness.tools.replay import _differs
 
@@ -198,62 +193,18 @@ def test_a_walk_race_reproducer_wants_every_name_or_an_error() -> None:
     assert partial is not None and "the race" in partial
 
 
-def _returns_seen(tmp_path: Path, kind: str = "file", held: str = "walked", model: str = "passthrough") -> Seen:
-    """A case directory as test_states makes it (f, d), the fid on f or d."""
-    (tmp_path / "f").write_bytes(STATE_CONTENT)
-    (tmp_path / "d").mkdir()
-    node = tmp_path / ("d" if kind == "dir" else "f")
-    return Seen(node, node.lstat(), tmp_path, model, kind, held)
-
-
-def test_each_success_row_refuses_a_reply_a_slip_would_give(tmp_path: Path) -> None:
-    """FID_OPS' returns on recorded replies: a right one passes, one a server slip would give fails
-    (a field off by one, the wrong kind, a node not made or not moved)."""
-    from harness.p9 import wire
-    from harness.p9.messages import Rgetattr, Rlcreate, Rread, Rreadlink, Rstatfs, Rwalk, Rwrite
-
-    seen = _returns_seen(tmp_path)
-    host, fs = (tmp_path / "f").lstat(), os.statvfs(tmp_path)
-    qid = wire.Qid(type=wire.QTFILE, version=0, path=1)
-
-    right_attr = Rgetattr(valid=wire.GETATTR_BASIC, qid=qid, mode=host.st_mode, uid=host.st_uid, gid=host.st_gid,
-                          nlink=host.st_nlink, rdev=0, size=host.st_size, blksize=4096, blocks=1, atime_sec=0,
-                          atime_nsec=0, mtime_sec=0, mtime_nsec=0, ctime_sec=0, ctime_nsec=0, btime_sec=0,
-                          btime_nsec=0, gen=0, data_version=0)  # fmt: skip
-
-    def attr(**change: Any) -> Rgetattr:
-        return Rgetattr(**{**vars(right_attr), **change})
-
-    statfs = dict(type=0x01021994, bsize=fs.f_bsize, blocks=fs.f_blocks, bfree=fs.f_bfree, bavail=fs.f_bavail,
-                  files=fs.f_files, ffree=fs.f_ffree, fsid=0, namelen=fs.f_namemax)  # fmt: skip
-    right_and_slipped = [
-        ("getattr", attr(), attr(size=host.st_size + 1)),
-        ("getattr", attr(), attr(mode=host.st_mode ^ 0o100)),
-        ("getattr", attr(), attr(qid=wire.Qid(type=wire.QTDIR, version=0, path=1))),
-        ("walk_clone", Rwalk(qids=[]), Rwalk(qids=[qid])),
-        ("statfs", Rstatfs(**statfs), Rstatfs(**{**statfs, "namelen": fs.f_namemax - 1})),
-        ("readlink", Rreadlink(target="f"), Rreadlink(target="state content")),
-    ]
-    for op, right, slipped in right_and_slipped:
-        FID_OPS[op].returns(right, seen)
-        with pytest.raises(AssertionError):
-            FID_OPS[op].returns(slipped, seen)
-    (tmp_path / "o").mkdir()
-    opened = _returns_seen(tmp_path / "o", held="open")
-    FID_OPS["read"].returns(Rread(data=STATE_CONTENT), opened)
-    with pytest.raises(AssertionError):
-        FID_OPS["read"].returns(Rread(data=STATE_CONTENT[:-1]), opened)
-    with pytest.raises(AssertionError):  # the reply says written, the file does not hold it
-        FID_OPS["write"].returns(Rwrite(count=2), opened)
-    (tmp_path / "o" / "f").write_bytes(b"xy" + STATE_CONTENT[2:])
-    FID_OPS["write"].returns(Rwrite(count=2), opened)
-    (tmp_path / "m").mkdir()
-    made = _returns_seen(tmp_path / "m", kind="dir")
-    with pytest.raises(AssertionError):  # answered, but nothing made
-        FID_OPS["lcreate"].returns(Rlcreate(qid=qid, iounit=0), made)
-    (tmp_path / "m" / "d" / "new").write_bytes(b"")
-    (tmp_path / "m" / "d" / "new").chmod(0o644)
-    with pytest.raises(AssertionError):  # made with another mode than asked
-        FID_OPS["lcreate"].returns(Rlcreate(qid=qid, iounit=0), made)
-    (tmp_path / "m" / "d" / "new").chmod(0o640)
-    FID_OPS["lcreate"].returns(Rlcreate(qid=qid, iounit=0), made)
+def test_the_round_model_answers_as_a_serial_server() -> None:
+    """Spot checks of the model on the pairs' round: the rules a serial server follows."""
+    model, fids = round_model()
+    assert model.peek(PAIR_OPS["read_Fo"].request(fids)) == Data(CONTENT)
+    assert model.peek(PAIR_OPS["walk_dx"].request(fids)) == Walked(2)
+    assert model.peek(PAIR_OPS["rmdir_d"].request(fids)) == Err(errno.ENOTEMPTY)
+    assert model.peek(PAIR_OPS["mkdir_f"].request(fids)) == Err(errno.EEXIST)
+    assert model.peek(PAIR_OPS["link_F_h"].request(fids)) == OK
+    assert model.peek(Tclunk(fid=4242)) == Err(errno.ENOENT)  # a fid the server does not hold
+    assert model.peek(Tgetattr(fid=4242, request_mask=wire.GETATTR_BASIC)) == Err(errno.ENOENT)
+    renamed = model.copy()
+    assert renamed.apply(Trenameat(olddirfid=fids.dir, oldname="d", newdirfid=fids.dir, newname="e")) == OK
+    assert renamed.peek(Tgetattr(fid=fids.X, request_mask=wire.GETATTR_BASIC)) == OK  # X followed d to e
+    assert renamed.peek(Treaddir(fid=fids.listing, offset=0, count=4000)) == Listing(frozenset({".", "..", "e", "f", "l"}))
+    assert list(itertools.islice(PAIRS, 1))
