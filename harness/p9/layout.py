@@ -69,6 +69,65 @@ class Role(enum.Enum):
     COUNT = "count"
     #: the largest message the client offers
     MSIZE = "msize"
+    #: bits and values with a meaning each (:class:`Bits`: open flags, a setattr's valid bits ...)
+    FLAGS = "flags"
+
+
+@dataclasses.dataclass(frozen=True)
+class Bits:
+    """What a flags field's bits mean: each named bit, and the named values of the part ``mask``
+    covers (an access mode, a lock type); the tables derive each field's values from it."""
+
+    name: str
+    bits: tuple[tuple[str, int], ...] = ()
+    choices: tuple[tuple[str, int], ...] = ()
+    mask: int = 0
+
+    @property
+    def known(self) -> int:
+        """Every bit with a meaning (the choices' part included)."""
+        found = self.mask
+        for _, bit in self.bits:
+            found |= bit
+        return found
+
+
+#: Tlopen's and Tlcreate's flags: 9P2000.L's P9_DOTL_* (Linux's values; CLOEXEC QEMU drops)
+OPEN_BITS = Bits(
+    "open flags",
+    bits=(("O_CREAT", 0o100), ("O_EXCL", 0o200), ("O_NOCTTY", 0o400), ("O_TRUNC", 0o1000), ("O_APPEND", 0o2000),
+          ("O_NONBLOCK", 0o4000), ("O_DSYNC", 0o10000), ("FASYNC", 0o20000), ("O_DIRECT", 0o40000),
+          ("O_LARGEFILE", 0o100000), ("O_DIRECTORY", 0o200000), ("O_NOFOLLOW", 0o400000), ("O_NOATIME", 0o1000000),
+          ("O_CLOEXEC", 0o2000000), ("O_SYNC", 0o4000000)),
+    choices=(("O_RDONLY", 0), ("O_WRONLY", 1), ("O_RDWR", 2), ("O_NOACCESS", 3)),
+    mask=3,
+)  # fmt: skip
+#: Tsetattr's valid bits
+SETATTR_BITS = Bits("valid", bits=(("MODE", 0x1), ("UID", 0x2), ("GID", 0x4), ("SIZE", 0x8), ("ATIME", 0x10),
+                                   ("MTIME", 0x20), ("CTIME", 0x40), ("ATIME_SET", 0x80), ("MTIME_SET", 0x100)))  # fmt: skip
+#: Tgetattr's request mask (P9_GETATTR_*)
+GETATTR_BITS = Bits("request_mask", bits=tuple((name, 1 << at) for at, name in enumerate(
+    ("MODE", "NLINK", "UID", "GID", "RDEV", "ATIME", "MTIME", "CTIME", "INO", "SIZE", "BLOCKS", "BTIME", "GEN",
+     "DATA_VERSION"))))  # fmt: skip
+#: Tunlinkat's flags
+UNLINK_BITS = Bits("flags", bits=(("AT_REMOVEDIR", 0x200),))
+#: Tlock's flags (P9_LOCK_FLAGS_*)
+LOCK_BITS = Bits("flags", bits=(("BLOCK", 1), ("RECLAIM", 2)))
+#: Tlock's and Tgetlock's lock type (P9_LOCK_TYPE_*)
+LOCK_TYPES = Bits("type", choices=(("RDLCK", 0), ("WRLCK", 1), ("UNLCK", 2)), mask=0xFF)
+#: Txattrcreate's flags (XATTR_CREATE, XATTR_REPLACE)
+XATTR_BITS = Bits("flags", bits=(("CREATE", 1), ("REPLACE", 2)))
+#: a mode a request gives a node: the permission bits and set-id and sticky bits (and, Tmknod's,
+#: the type)
+MODE_BITS = Bits("mode", bits=(("S_ISUID", 0o4000), ("S_ISGID", 0o2000), ("S_ISVTX", 0o1000), ("S_IRUSR", 0o400),
+                               ("S_IWUSR", 0o200), ("S_IXUSR", 0o100), ("S_IRWXG", 0o70), ("S_IRWXO", 0o7)))  # fmt: skip
+NODE_TYPES = Bits("mode", bits=MODE_BITS.bits, mask=0o170000,
+                  choices=(("none", 0), ("S_IFREG", 0o100000), ("S_IFDIR", 0o40000), ("S_IFLNK", 0o120000),
+                           ("S_IFIFO", 0o10000), ("S_IFSOCK", 0o140000), ("S_IFCHR", 0o20000), ("S_IFBLK", 0o60000)))  # fmt: skip
+#: 9P2000.u's Topen/Tcreate mode byte
+OMODE_BITS = Bits("mode", bits=(("OEXCL", 0x04), ("OTRUNC", 0x10), ("OREXEC", 0x20), ("ORCLOSE", 0x40),
+                                ("OAPPEND", 0x80)),
+                  choices=(("OREAD", 0), ("OWRITE", 1), ("ORDWR", 2), ("OEXEC", 3)), mask=3)  # fmt: skip
 
 
 Fid = Annotated[int, Int32ul, Role.FID]
@@ -76,6 +135,16 @@ OpenFid = Annotated[int, Int32ul, Role.OPEN_FID]
 NewFid = Annotated[int, Int32ul, Role.NEWFID]
 Count = Annotated[int, Int32ul, Role.COUNT]
 Msize = Annotated[int, Int32ul, Role.MSIZE]
+OpenFlags = Annotated[int, Int32ul, Role.FLAGS, OPEN_BITS]
+SetattrValid = Annotated[int, Int32ul, Role.FLAGS, SETATTR_BITS]
+GetattrMask = Annotated[int, Int64ul, Role.FLAGS, GETATTR_BITS]
+UnlinkFlags = Annotated[int, Int32ul, Role.FLAGS, UNLINK_BITS]
+LockFlags = Annotated[int, Int32ul, Role.FLAGS, LOCK_BITS]
+LockType = Annotated[int, Int8ul, Role.FLAGS, LOCK_TYPES]
+XattrFlags = Annotated[int, Int32ul, Role.FLAGS, XATTR_BITS]
+Mode = Annotated[int, Int32ul, Role.FLAGS, MODE_BITS]
+NodeMode = Annotated[int, Int32ul, Role.FLAGS, NODE_TYPES]
+OpenMode = Annotated[int, Int8ul, Role.FLAGS, OMODE_BITS]
 
 
 def python_type(message: type, field: str) -> Any:
@@ -87,9 +156,17 @@ def python_type(message: type, field: str) -> Any:
 
 def role(message: type, field: str) -> Role | None:
     """The :class:`Role` ``field`` of ``message`` is declared with, or None."""
+    return next((extra for extra in _extras(message, field) if isinstance(extra, Role)), None)
+
+
+def bits(message: type, field: str) -> Bits | None:
+    """What a flags field's bits mean (:class:`Bits`), or None for any other field."""
+    return next((extra for extra in _extras(message, field) if isinstance(extra, Bits)), None)
+
+
+def _extras(message: type, field: str) -> tuple[Any, ...]:
     hint = _hints(message)[field]
-    extras = typing.get_args(hint)[2:] if typing.get_origin(hint) is Annotated else ()
-    return next((extra for extra in extras if isinstance(extra, Role)), None)
+    return typing.get_args(hint)[2:] if typing.get_origin(hint) is Annotated else ()
 
 
 class Layout:

@@ -101,7 +101,7 @@ def example_fields(message: type[wire.Message]) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for name in message.field_names():
         role = wire.role(message, name)
-        fields[name] = by_role[role] if role is not None else by_type.get(wire.python_type(message, name), 0)
+        fields[name] = by_role.get(role, 0) if role is not None else by_type.get(wire.python_type(message, name), 0)
     return fields
 
 

@@ -24,16 +24,26 @@ from harness.p9.wire import (
     Data,
     Dirents,
     Fid,
+    GetattrMask,
+    LockFlags,
+    LockType,
+    Mode,
     Msize,
     Names,
     NewFid,
+    NodeMode,
     OpenFid,
+    OpenFlags,
+    OpenMode,
     Qid,
     Qids,
     RMessage,
+    SetattrValid,
     Stat,
     String,
     TMessage,
+    UnlinkFlags,
+    XattrFlags,
     describe_rlerror,
     message,
     stat_bytes,
@@ -69,7 +79,7 @@ class Rstatfs(RMessage):
 @message(12)
 class Tlopen(TMessage["Rlopen"]):
     fid: Fid
-    flags: U32
+    flags: OpenFlags
 
 
 @message(13)
@@ -82,8 +92,8 @@ class Rlopen(RMessage):
 class Tlcreate(TMessage["Rlcreate"]):
     fid: Fid
     name: String
-    flags: U32
-    mode: U32
+    flags: OpenFlags
+    mode: Mode
     gid: U32
 
 
@@ -110,7 +120,7 @@ class Rsymlink(RMessage):
 class Tmknod(TMessage["Rmknod"]):
     dfid: Fid
     name: String
-    mode: U32
+    mode: NodeMode
     major: U32
     minor: U32
     gid: U32
@@ -146,7 +156,7 @@ class Rreadlink(RMessage):
 @message(24)
 class Tgetattr(TMessage["Rgetattr"]):
     fid: Fid
-    request_mask: U64
+    request_mask: GetattrMask
 
 
 @message(25)
@@ -176,8 +186,8 @@ class Rgetattr(RMessage):
 @message(26)
 class Tsetattr(TMessage["Rsetattr"]):
     fid: Fid
-    valid: U32
-    mode: U32 = 0
+    valid: SetattrValid
+    mode: Mode = 0
     uid: U32 = 0
     gid: U32 = 0
     size: U64 = 0
@@ -209,7 +219,7 @@ class Txattrcreate(TMessage["Rxattrcreate"]):
     fid: Fid
     name: String
     attr_size: U64
-    flags: U32
+    flags: XattrFlags
 
 
 @message(33)
@@ -243,8 +253,8 @@ class Rfsync(RMessage):
 @message(52)
 class Tlock(TMessage["Rlock"]):
     fid: OpenFid
-    type: U8
-    flags: U32
+    type: LockType
+    flags: LockFlags
     start: U64
     length: U64
     proc_id: U32
@@ -259,7 +269,7 @@ class Rlock(RMessage):
 @message(54)
 class Tgetlock(TMessage["Rgetlock"]):
     fid: OpenFid
-    type: U8
+    type: LockType
     start: U64
     length: U64
     proc_id: U32
@@ -291,7 +301,7 @@ class Rlink(RMessage):
 class Tmkdir(TMessage["Rmkdir"]):
     dfid: Fid
     name: String
-    mode: U32
+    mode: Mode
     gid: U32
 
 
@@ -317,7 +327,7 @@ class Rrenameat(RMessage):
 class Tunlinkat(TMessage["Runlinkat"]):
     dirfd: Fid
     name: String
-    flags: U32
+    flags: UnlinkFlags
 
 
 @message(77)
@@ -400,7 +410,7 @@ class Topen(TMessage["Ropen"]):
     OAPPEND or QEMU's OEXCL (:mod:`harness.p9.wire` names them)."""
 
     fid: Fid
-    mode: U8
+    mode: OpenMode
 
 
 @message(113)
@@ -417,7 +427,7 @@ class Tcreate(TMessage["Rcreate"]):
     fid: Fid
     name: String
     perm: U32
-    mode: U8
+    mode: OpenMode
     extension: String
 
 

@@ -24,7 +24,7 @@ import inspect
 import struct
 import typing
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, ClassVar, Generic, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, Self, TypeVar
 
 from construct import (
     Construct,
@@ -46,17 +46,29 @@ from harness.p9.layout import U8 as U8
 from harness.p9.layout import U16 as U16
 from harness.p9.layout import U32 as U32
 from harness.p9.layout import U64 as U64
+from harness.p9.layout import Bits as Bits
 from harness.p9.layout import Count as Count
 from harness.p9.layout import Data as Data
 from harness.p9.layout import Fid as Fid
+from harness.p9.layout import GetattrMask as GetattrMask
 from harness.p9.layout import Layout, layout, layout_of
+from harness.p9.layout import LockFlags as LockFlags
+from harness.p9.layout import LockType as LockType
+from harness.p9.layout import Mode as Mode
 from harness.p9.layout import Msize as Msize
 from harness.p9.layout import Names as Names
 from harness.p9.layout import NewFid as NewFid
+from harness.p9.layout import NodeMode as NodeMode
 from harness.p9.layout import OpenFid as OpenFid
+from harness.p9.layout import OpenFlags as OpenFlags
+from harness.p9.layout import OpenMode as OpenMode
 from harness.p9.layout import Role as Role
+from harness.p9.layout import SetattrValid as SetattrValid
 from harness.p9.layout import String as String
 from harness.p9.layout import StringCodec as StringCodec
+from harness.p9.layout import UnlinkFlags as UnlinkFlags
+from harness.p9.layout import XattrFlags as XattrFlags
+from harness.p9.layout import bits as bits
 from harness.p9.layout import python_type as python_type
 from harness.p9.layout import record as record
 from harness.p9.layout import role as role
@@ -206,6 +218,10 @@ class Message:
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
         return cls._layout.fields
+
+    def replaced(self, **changes: Any) -> Self:
+        """The same message with ``changes`` to its fields (``dataclasses.replace``)."""
+        return type(self)(**{**self.__dict__, **changes})
 
     def to_fields(self) -> dict[str, Any]:
         """The message as plain values, records as dicts: what construct builds from."""

@@ -10,6 +10,7 @@ an empty tuple (no fix known) is had by no version.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -64,6 +65,7 @@ READDIR_RENAME_LOCK = ("10.0.11", "10.2.4", "11.0.2", "11.1.0")
 UNPLUG_DRAIN = ("10.0.13", "11.0.4", "11.1.0")
 
 
+@functools.cache  # the tables ask it of every cell: a version is parsed once a process
 def parse(version: str) -> tuple[int, int, int]:
     """``10.0.13`` -> (10, 0, 13); ``11.1.50`` (a development snapshot) -> (11, 1, 50)."""
     parts = [int(p) for p in re.findall(r"\d+", version)[:3]]
