@@ -21,7 +21,7 @@ from fixtures.deviations import table_bugs
 from fixtures.devices import QemuUnderTest
 from fixtures.mirror import Mirror
 from fixtures.place import Place
-from fixtures.subjects import MODELS, SHOWN, State, states
+from fixtures.subjects import EXAMPLE, MODELS, SHOWN, states
 from fixtures.tables import Op, flag_ops
 
 OPS = flag_ops()
@@ -29,8 +29,6 @@ OPS = flag_ops()
 FIELDS: dict[str, dict[str, Op]] = collections.defaultdict(dict)
 for _name, _op in OPS.items():
     FIELDS[_name.rsplit("/", 1)[0]][_name] = _op
-#: where the row's example request goes: a slot's file (its own fids, no state's)
-EXAMPLE = State("file")
 
 
 @table_bugs

@@ -27,7 +27,7 @@ from fixtures.case_path import case_path
 from fixtures.pool import Device
 from fixtures.judge import judge_group
 from fixtures.mirror import Mirror
-from fixtures.pairs import EXCLUDED, LISTING_PAIRS, MODEL_OPS, PAIR_OPS, PAIRS, relation_of, set_up
+from fixtures.pairs import EXCLUDED, LISTING_PAIRS, MODEL_OPS, PAIR_OPS, PAIRS, pair_races, relation_of, set_up
 from fixtures.races import PAIR_RACES, KnownRaceSeen, RaceLog
 from harness.p9.messages import Rlopen, Rwalk, Tclunk, Tlopen, Twalk
 
@@ -101,7 +101,7 @@ def rounds(mirror: Mirror, device: Device, request: pytest.FixtureRequest, draw:
     races.raise_if_seen("a request answered as no serial order does")
 
 
-@pytest.mark.qemu_bug(fixed_in=(), race=True, raises=KnownRaceSeen, reason=PAIR_RACES, upstream=UPSTREAM)
+@pair_races(remap=False)
 @pytest.mark.fsdev(multidevs="warn")
 @case_path("concurrent/pairs/{pair}/{kick}/nofile_{nofile}", backends=["local"], pair=list(PAIRS),
            kick=["one_kick", "staggered"], nofile=[0, NOFILE], unless=under_reclaim)  # fmt: skip
@@ -119,7 +119,7 @@ def same_under_models(pair: str, **_: Any) -> bool:
     return not MODEL_OPS & set(pair.split("+"))
 
 
-@pytest.mark.qemu_bug(fixed_in=(), race=True, raises=KnownRaceSeen, reason=PAIR_RACES, upstream=UPSTREAM)
+@pair_races(remap=False)
 @pytest.mark.fsdev(multidevs="warn", security_model="passthrough")
 @case_path("concurrent/pairs/{pair}/passthrough/{kick}", backends=["local"], pair=list(PAIRS), kick=["one_kick"],
            unless=same_under_models)  # fmt: skip
@@ -129,7 +129,7 @@ def test_pair_under_passthrough(mirror: Mirror, device: Device, request: pytest.
     rounds(mirror, device, request, shuffled(pair), kick)
 
 
-@pytest.mark.qemu_bug(fixed_in=(), race=True, raises=KnownRaceSeen, reason=PAIR_RACES, upstream=UPSTREAM)
+@pair_races(remap=True)
 @pytest.mark.fsdev(multidevs="remap")
 @case_path("concurrent/pairs/{pair}/remap/{kick}", backends=["local"], pair=list(LISTING_PAIRS),
            kick=["one_kick", "staggered"])  # fmt: skip

@@ -9,6 +9,7 @@ import os
 import pytest
 
 from fixtures.case_path import case_path
+from fixtures.deviations import READ_COUNT_ABOVE_MSIZE
 from fixtures.expect import NoReply, expect_a_reply, expect_at_most
 from fixtures.place import Place
 from harness.p9 import wire
@@ -37,14 +38,7 @@ def test_read_basic(place: Place) -> None:
     p9.clunk(fid)
 
 
-@pytest.mark.qemu_bug(
-    fixed_in=(),
-    reason="v9fs_read() never clamps count to msize - P9_IOHDRSZ for files: a Tread for 16 KiB at "
-    "msize 8192 is answered with a 16 KiB Rread, which does not fit the msize-sized buffer "
-    '("VirtFS reply type 117 needs 16395 bytes, buffer has 8192") and breaks the device',
-    raises=NoReply,
-    upstream="read-count-above-msize",
-)
+@pytest.mark.qemu_bug(**READ_COUNT_ABOVE_MSIZE, raises=NoReply)
 @case_path("read/count_above_msize", backends=["local"], transport=["modern"])
 def test_read_count_above_msize(place: Place, transport: str) -> None:
     """A count above msize - 24 gets at most msize - 24 bytes, the first ones of the file."""

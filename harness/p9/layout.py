@@ -42,6 +42,20 @@ class StringCodec(Adapter):  # type: ignore[misc]
 
 STR = StringCodec(Prefixed(Int16ul, GreedyBytes))
 
+@dataclasses.dataclass(frozen=True)
+class Values:
+    """The values of a field that mean something beside 0, 1 and its largest (a sized field's: its
+    length): ``keep``, its "don't touch" value; ``special``, named values where the server's code
+    turns (a time_t's sign, utimensat's UTIME_NOW, MAXWELEM names); ``relative``, named values a
+    session and the request's target decide: (name, base, delta), base ``msize`` (the negotiated
+    msize) or ``end`` (the size of the node the request's fid names). The boundaries table
+    (fixtures/tables.py) derives each field's values from it."""
+
+    keep: int | None = None
+    special: tuple[tuple[str, int], ...] = ()
+    relative: tuple[tuple[str, str, int], ...] = ()
+
+
 # -- field types: a Python type annotated with its wire layout ------------------------------------
 
 U8 = Annotated[int, Int8ul]
@@ -50,9 +64,12 @@ U32 = Annotated[int, Int32ul]
 U64 = Annotated[int, Int64ul]
 String = Annotated[str, STR]
 #: ``count[4]`` then the bytes (Twrite, Rread)
-Data = Annotated[bytes, Prefixed(Int32ul, GreedyBytes)]
+Data = Annotated[bytes, Prefixed(Int32ul, GreedyBytes), Values(relative=(("msize-23", "msize", -23),
+                                                                            ("msize-22", "msize", -22)))]
 #: ``nwname[2]`` then the names (Twalk)
-Names = Annotated[list[str], PrefixedArray(Int16ul, STR)]
+Names = Annotated[list[str], PrefixedArray(Int16ul, STR), Values(special=(("MAXWELEM", 16), ("MAXWELEM+1", 17)))]
+#: a symlink's target: PATH_MAX bytes with its NUL is what Linux takes
+Target = Annotated[str, STR, Values(special=(("PATH_MAX-1", 4095), ("PATH_MAX", 4096)))]
 
 
 class Role(enum.Enum):
@@ -124,16 +141,49 @@ MODE_BITS = Bits("mode", bits=(("S_ISUID", 0o4000), ("S_ISGID", 0o2000), ("S_ISV
 NODE_TYPES = Bits("mode", bits=MODE_BITS.bits, mask=0o170000,
                   choices=(("none", 0), ("S_IFREG", 0o100000), ("S_IFDIR", 0o40000), ("S_IFLNK", 0o120000),
                            ("S_IFIFO", 0o10000), ("S_IFSOCK", 0o140000), ("S_IFCHR", 0o20000), ("S_IFBLK", 0o60000)))  # fmt: skip
+#: 9P2000.u's Tcreate perm: the kind bits (DMDIR ...), the set-id and sticky bits and the permission bits
+PERM_BITS = Bits("perm", bits=(("DMDIR", 0x80000000), ("DMAPPEND", 0x40000000), ("DMEXCL", 0x20000000),
+                               ("DMSYMLINK", 0x02000000), ("DMLINK", 0x01000000), ("DMDEVICE", 0x00800000),
+                               ("DMNAMEDPIPE", 0x00200000), ("DMSOCKET", 0x00100000), ("DMSETUID", 0x00080000),
+                               ("DMSETGID", 0x00040000), ("DMSETVTX", 0x00010000), ("S_IRUSR", 0o400),
+                               ("S_IWUSR", 0o200), ("S_IXUSR", 0o100), ("S_IRWXG", 0o70), ("S_IRWXO", 0o7)))  # fmt: skip
 #: 9P2000.u's Topen/Tcreate mode byte
 OMODE_BITS = Bits("mode", bits=(("OEXCL", 0x04), ("OTRUNC", 0x10), ("OREXEC", 0x20), ("ORCLOSE", 0x40),
                                 ("OAPPEND", 0x80)),
                   choices=(("OREAD", 0), ("OWRITE", 1), ("ORDWR", 2), ("OEXEC", 3)), mask=3)  # fmt: skip
 
 
+#: the sign bit of an off_t or time_t a u64 field is read into
+SIGN64 = (("2^63", 1 << 63),)
+#: an owner: -1 leaves it (chown's "don't touch")
+Id = Annotated[int, Int32ul, Values(keep=0xFFFFFFFF)]
+#: a byte offset or a size, an off_t to the host: at the end of the node's data, and past it
+Offset = Annotated[int, Int64ul, Values(special=SIGN64, relative=(("end", "end", 0), ("end+1", "end", 1)))]
+#: a directory stream's offset: the host's cookie (telldir), an off_t
+Cookie = Annotated[int, Int64ul, Values(special=SIGN64)]
+#: 9P2000.L's seconds, a time_t to the host (2^31: past a 32-bit time_t)
+Seconds = Annotated[int, Int64ul, Values(special=(("2^31", 1 << 31), *SIGN64))]
+#: 9P2000.L's nanoseconds: the last valid, the first invalid, and utimensat's own two
+Nanoseconds = Annotated[int, Int64ul, Values(special=(("999999999", 999_999_999), ("10^9", 10**9),
+                                                      ("UTIME_NOW", (1 << 30) - 1), ("UTIME_OMIT", (1 << 30) - 2)))]  # fmt: skip
+#: an xattr's size: Linux takes no more than XATTR_SIZE_MAX
+XattrSize = Annotated[int, Int64ul, Values(special=(("XATTR_SIZE_MAX", 65536), ("XATTR_SIZE_MAX+1", 65537)))]
+#: a tag: NOTAG is Tversion's own
+Tag = Annotated[int, Int16ul, Values(keep=0xFFFF)]
+#: 9P2000.u's stat fields, each ~0 "don't touch" (stat(5)); its times unsigned seconds, its
+#: length an off_t to the host
+Keep8 = Annotated[int, Int8ul, Values(keep=0xFF)]
+Keep16 = Annotated[int, Int16ul, Values(keep=0xFFFF)]
+Keep32 = Annotated[int, Int32ul, Values(keep=0xFFFFFFFF)]
+Keep64 = Annotated[int, Int64ul, Values(keep=0xFFFFFFFFFFFFFFFF)]
+StatLength = Annotated[int, Int64ul, Values(keep=0xFFFFFFFFFFFFFFFF, special=SIGN64)]
+StatTime = Annotated[int, Int32ul, Values(keep=0xFFFFFFFF, special=(("2^31", 1 << 31),))]
+
 Fid = Annotated[int, Int32ul, Role.FID]
 OpenFid = Annotated[int, Int32ul, Role.OPEN_FID]
 NewFid = Annotated[int, Int32ul, Role.NEWFID]
-Count = Annotated[int, Int32ul, Role.COUNT]
+#: a reply's count: all of a reply of msize (its 11-byte header aside), and one more
+Count = Annotated[int, Int32ul, Role.COUNT, Values(relative=(("msize-11", "msize", -11), ("msize-10", "msize", -10)))]
 Msize = Annotated[int, Int32ul, Role.MSIZE]
 OpenFlags = Annotated[int, Int32ul, Role.FLAGS, OPEN_BITS]
 SetattrValid = Annotated[int, Int32ul, Role.FLAGS, SETATTR_BITS]
@@ -145,6 +195,7 @@ XattrFlags = Annotated[int, Int32ul, Role.FLAGS, XATTR_BITS]
 Mode = Annotated[int, Int32ul, Role.FLAGS, MODE_BITS]
 NodeMode = Annotated[int, Int32ul, Role.FLAGS, NODE_TYPES]
 OpenMode = Annotated[int, Int8ul, Role.FLAGS, OMODE_BITS]
+Perm = Annotated[int, Int32ul, Role.FLAGS, PERM_BITS]
 
 
 def python_type(message: type, field: str) -> Any:
@@ -162,6 +213,17 @@ def role(message: type, field: str) -> Role | None:
 def bits(message: type, field: str) -> Bits | None:
     """What a flags field's bits mean (:class:`Bits`), or None for any other field."""
     return next((extra for extra in _extras(message, field) if isinstance(extra, Bits)), None)
+
+
+def largest(message: type, field: str) -> int:
+    """The largest value a number field's layout holds (0xFFFFFFFF for ``U32``)."""
+    codec = typing.get_args(_hints(message)[field])[1]
+    return int((1 << 8 * codec.sizeof()) - 1)
+
+
+def values(message: type, field: str) -> Values:
+    """The values a number field's declaration names (:class:`Values`; none: an empty one)."""
+    return next((extra for extra in _extras(message, field) if isinstance(extra, Values)), Values())
 
 
 def _extras(message: type, field: str) -> tuple[Any, ...]:

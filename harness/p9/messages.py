@@ -20,30 +20,39 @@ from harness.p9.wire import (
     U16,
     U32,
     U64,
+    Cookie,
     Count,
     Data,
     Dirents,
     Fid,
     GetattrMask,
+    Id,
     LockFlags,
     LockType,
     Mode,
     Msize,
     Names,
+    Nanoseconds,
     NewFid,
     NodeMode,
+    Offset,
     OpenFid,
     OpenFlags,
     OpenMode,
+    Perm,
     Qid,
     Qids,
     RMessage,
+    Seconds,
     SetattrValid,
     Stat,
     String,
+    Tag,
+    Target,
     TMessage,
     UnlinkFlags,
     XattrFlags,
+    XattrSize,
     describe_rlerror,
     message,
     stat_bytes,
@@ -94,7 +103,7 @@ class Tlcreate(TMessage["Rlcreate"]):
     name: String
     flags: OpenFlags
     mode: Mode
-    gid: U32
+    gid: Id
 
 
 @message(15)
@@ -107,8 +116,8 @@ class Rlcreate(RMessage):
 class Tsymlink(TMessage["Rsymlink"]):
     fid: Fid
     name: String
-    symtgt: String
-    gid: U32
+    symtgt: Target
+    gid: Id
 
 
 @message(17)
@@ -123,7 +132,7 @@ class Tmknod(TMessage["Rmknod"]):
     mode: NodeMode
     major: U32
     minor: U32
-    gid: U32
+    gid: Id
 
 
 @message(19)
@@ -188,13 +197,13 @@ class Tsetattr(TMessage["Rsetattr"]):
     fid: Fid
     valid: SetattrValid
     mode: Mode = 0
-    uid: U32 = 0
-    gid: U32 = 0
-    size: U64 = 0
-    atime_sec: U64 = 0
-    atime_nsec: U64 = 0
-    mtime_sec: U64 = 0
-    mtime_nsec: U64 = 0
+    uid: Id = 0
+    gid: Id = 0
+    size: Offset = 0
+    atime_sec: Seconds = 0
+    atime_nsec: Nanoseconds = 0
+    mtime_sec: Seconds = 0
+    mtime_nsec: Nanoseconds = 0
 
 
 @message(27)
@@ -218,7 +227,7 @@ class Rxattrwalk(RMessage):
 class Txattrcreate(TMessage["Rxattrcreate"]):
     fid: Fid
     name: String
-    attr_size: U64
+    attr_size: XattrSize
     flags: XattrFlags
 
 
@@ -230,7 +239,7 @@ class Rxattrcreate(RMessage):
 @message(40)
 class Treaddir(TMessage["Rreaddir"]):
     fid: OpenFid
-    offset: U64
+    offset: Cookie
     count: Count
 
 
@@ -302,7 +311,7 @@ class Tmkdir(TMessage["Rmkdir"]):
     dfid: Fid
     name: String
     mode: Mode
-    gid: U32
+    gid: Id
 
 
 @message(73)
@@ -352,7 +361,7 @@ class Tauth(TMessage["Rauth"]):
     afid: Fid
     uname: String
     aname: String
-    n_uname: U32
+    n_uname: Id
 
 
 @message(103)
@@ -366,7 +375,7 @@ class Tattach(TMessage["Rattach"]):
     afid: Fid
     uname: String
     aname: String
-    n_uname: U32
+    n_uname: Id
 
 
 @message(105)
@@ -384,7 +393,7 @@ class Rerror(RMessage):
 
 @message(108)
 class Tflush(TMessage["Rflush"]):
-    oldtag: U16
+    oldtag: Tag
 
 
 @message(109)
@@ -426,7 +435,7 @@ class Tcreate(TMessage["Rcreate"]):
 
     fid: Fid
     name: String
-    perm: U32
+    perm: Perm
     mode: OpenMode
     extension: String
 
@@ -440,7 +449,7 @@ class Rcreate(RMessage):
 @message(116)
 class Tread(TMessage["Rread"]):
     fid: OpenFid
-    offset: U64
+    offset: Offset
     count: Count
 
 
@@ -452,7 +461,7 @@ class Rread(RMessage):
 @message(118)
 class Twrite(TMessage["Rwrite"]):
     fid: OpenFid
-    offset: U64
+    offset: Offset
     data: Data
 
 

@@ -47,31 +47,49 @@ from harness.p9.layout import U16 as U16
 from harness.p9.layout import U32 as U32
 from harness.p9.layout import U64 as U64
 from harness.p9.layout import Bits as Bits
+from harness.p9.layout import Cookie as Cookie
 from harness.p9.layout import Count as Count
 from harness.p9.layout import Data as Data
 from harness.p9.layout import Fid as Fid
 from harness.p9.layout import GetattrMask as GetattrMask
+from harness.p9.layout import Id as Id
+from harness.p9.layout import Keep8 as Keep8
+from harness.p9.layout import Keep16 as Keep16
+from harness.p9.layout import Keep32 as Keep32
+from harness.p9.layout import Keep64 as Keep64
 from harness.p9.layout import Layout, layout, layout_of
 from harness.p9.layout import LockFlags as LockFlags
 from harness.p9.layout import LockType as LockType
 from harness.p9.layout import Mode as Mode
 from harness.p9.layout import Msize as Msize
 from harness.p9.layout import Names as Names
+from harness.p9.layout import Nanoseconds as Nanoseconds
 from harness.p9.layout import NewFid as NewFid
 from harness.p9.layout import NodeMode as NodeMode
+from harness.p9.layout import Offset as Offset
 from harness.p9.layout import OpenFid as OpenFid
 from harness.p9.layout import OpenFlags as OpenFlags
 from harness.p9.layout import OpenMode as OpenMode
+from harness.p9.layout import Perm as Perm
 from harness.p9.layout import Role as Role
+from harness.p9.layout import Seconds as Seconds
 from harness.p9.layout import SetattrValid as SetattrValid
+from harness.p9.layout import StatLength as StatLength
+from harness.p9.layout import StatTime as StatTime
 from harness.p9.layout import String as String
 from harness.p9.layout import StringCodec as StringCodec
+from harness.p9.layout import Tag as Tag
+from harness.p9.layout import Target as Target
 from harness.p9.layout import UnlinkFlags as UnlinkFlags
+from harness.p9.layout import Values as Values
 from harness.p9.layout import XattrFlags as XattrFlags
+from harness.p9.layout import XattrSize as XattrSize
 from harness.p9.layout import bits as bits
+from harness.p9.layout import largest as largest
 from harness.p9.layout import python_type as python_type
 from harness.p9.layout import record as record
 from harness.p9.layout import role as role
+from harness.p9.layout import values as values
 
 DOTL, DOTU = "9P2000.L", "9P2000.u"
 NOTAG = 0xFFFF
@@ -110,9 +128,9 @@ SETATTR_ATIME, SETATTR_MTIME, SETATTR_CTIME, SETATTR_ATIME_SET, SETATTR_MTIME_SE
 @record
 @dataclasses.dataclass(frozen=True)
 class Qid:
-    type: U8
-    version: U32
-    path: U64
+    type: Keep8
+    version: Keep32
+    path: Keep64
 
 
 @record
@@ -131,21 +149,21 @@ class Stat:
     fields; construct computes the size, and a size that does not match the fields is malformed.
     ``n_uid``/``n_gid``/``n_muid`` and ``extension`` are 9P2000.u's additions to 9P2000's."""
 
-    type: U16
-    dev: U32
+    type: Keep16
+    dev: Keep32
     qid: Qid
-    mode: U32
-    atime: U32
-    mtime: U32
-    length: U64
+    mode: Keep32
+    atime: StatTime
+    mtime: StatTime
+    length: StatLength
     name: String
     uid: String
     gid: String
     muid: String
     extension: String
-    n_uid: U32
-    n_gid: U32
-    n_muid: U32
+    n_uid: Keep32
+    n_gid: Keep32
+    n_muid: Keep32
 
 
 layout(Stat).body = Prefixed(Int16ul, Struct(*layout(Stat).body.subcons, Terminated))
