@@ -173,6 +173,7 @@ def test_readdir_count_clamp(
     "file descriptor: a file's descriptor is taken for a DIR*, and QEMU dies of SIGSEGV in rewinddir()",
     raises=QEMUExited,
 )
+@pytest.mark.fresh_qemu  # QEMU warns once per process
 @case_path("readdir/on_file_fid", backends=["local"])
 def test_readdir_on_a_file(place: Place, device: Device) -> None:
     """Treaddir on a fid opened as a file is an error (ENOTDIR), never a crash (QEMU crashed here

@@ -95,6 +95,7 @@ def test_symlink_out_of_the_export(place: Place, security_model: str, target: st
     p9.clunk(link)
 
 
+@pytest.mark.fresh_qemu  # QEMU warns once a process (warn_report_once): a shared one may have already
 @case_path("security/special_file/{security_model}", backends=["local"],
      security_model=["passthrough", "mapped-xattr", "mapped-file", "none"])  # fmt: skip
 def test_host_fifo_is_not_opened(place: Place, device: Device, security_model: str) -> None:

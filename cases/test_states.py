@@ -19,15 +19,16 @@ from __future__ import annotations
 import pytest
 
 from fixtures.case_path import Shown, case_path
-from fixtures.cells import Cell, assert_cell, run_cells
+from fixtures.cells import Cell, assert_cell, judge, run_cells
 from fixtures.deviations import table_bugs
 from fixtures.devices import QemuUnderTest
 from fixtures.known import deviating_bugs
-from fixtures.mirror import Mirror
+from fixtures.mirror import Mirror, SetUpDiffers
 from fixtures.model import Server
 from fixtures.place import Place
-from fixtures.subjects import MODELS, OTHER_FIDS, SHOWN, State, cannot, states
+from fixtures.subjects import MODELS, OTHER_FIDS, SHOWN, State, build, cannot, excluded, states
 from fixtures.tables import Op, fid_ops
+from harness.p9.messages import Tgetattr
 
 OPS: dict[str, Op] = {op.name: op for op in fid_ops()}
 #: every state of the product on any server these cases run (what cannot exist on one: skipped there)
@@ -70,3 +71,55 @@ def test_every_state(mirror: Mirror, place: Place, qemu_under_test: QemuUnderTes
                                     "security_model": security_model},
                       server.version)  # fmt: skip
     tally.conclude()
+
+
+@table_bugs
+@case_path("states/excluded/{security_model}", backends=["local"], security_model=list(MODELS))
+def test_excluded_states(mirror: Mirror, place: Place, qemu_under_test: QemuUnderTest, security_model: str) -> None:
+    """Every cell of the product the table says cannot exist (fixtures/subjects.py ``excluded``),
+    built all the same, as a claim: building it meets a request the server refuses (as the model
+    does), or it makes the state the reason names instead (its ``twin``: the same fid, as the
+    model has it); then a Tgetattr of the fid, judged by the model."""
+    server = mirror.model.server
+    marks = list(test_excluded_states.pytestmark)  # type: ignore[attr-defined]  # (set by table_bugs)
+    wrong = []
+    for index, (state, why) in enumerate(excluded(server).items()):
+        refusals = mirror.refusals
+        try:
+            slot = build(mirror, place.fid, f"s{index}", state, index)
+        except SetUpDiffers as differs:  # the server refused a step the model would not
+            if not why.bug:
+                wrong.append(f"{state}: {differs}")
+            mirror.clunk_all({0, place.fid})
+            mirror.forget(f"s{index}")
+            continue
+        shape = fid_shape(mirror, slot.subject)
+        if mirror.refusals == refusals:
+            if why.twin is None:
+                wrong.append(f"{state}: built, though excluded: {why}")
+            else:
+                twin = build(mirror, place.fid, f"t{index}", why.twin(state), index)
+                if fid_shape(mirror, twin.subject) != shape:
+                    wrong.append(f"{state}: built as {shape}, not as {why.twin(state)} ({fid_shape(mirror, twin.subject)})")
+        params = {"state": state, "message": "getattr", "security_model": security_model}
+        verdict = judge(mirror, slot, Cell(state, GETATTR), deviating_bugs(marks, params, server.version))
+        if verdict.outcome() == "wrong":
+            wrong.append(str(verdict))
+        mirror.clunk_all({0, place.fid})
+        for name in (slot.name, f"t{index}"):
+            mirror.forget(name)
+    assert not wrong, f"{len(wrong)} excluded states:\n" + "\n".join(wrong[:40])
+
+
+#: the cheap op on an excluded state
+GETATTR = next(op for op in OPS.values() if op.message is Tgetattr)
+
+
+def fid_shape(mirror: Mirror, fid: int) -> tuple[object, ...]:
+    """A fid as the model has it, for "the same state": what it is, and the kind its node has on
+    the host."""
+    held = mirror.model.fids.get(fid)
+    if held is None:
+        return ("not held",)
+    node = held.node if held.node is not None else mirror.model.at(held.path)
+    return held.use, node.on_host(mirror.model.server) if node is not None else None
