@@ -64,6 +64,7 @@ conformance: qemu
 
 lint: venv
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -241,4 +241,3 @@ def test_create_under_removers(mirror: Mirror, device: Device, request: pytest.F
         mirror.model = ends[0]
         mirror.learn(())  # a raced creation's clean-up may have removed another's node: the host says which
     races.raise_if_seen("a creation answered ENOENT after making its node")
-

@@ -27,7 +27,6 @@ from fixtures.tables import Op, flag_ops, short
 from harness.p9 import wire
 
 
-
 def by_field(dialect: str, prefix: str = "") -> dict[str, dict[str, Op]]:
     """A flags field of a row -> its values' ops (``lopen/flags`` -> O_RDONLY, O_WRONLY ...)."""
     found: dict[str, dict[str, Op]] = collections.defaultdict(dict)

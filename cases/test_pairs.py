@@ -24,10 +24,10 @@ import pytest
 
 from fixtures.batches import in_batches, round_seeds, send_group
 from fixtures.case_path import case_path
-from fixtures.pool import Device
 from fixtures.judge import judge_group
 from fixtures.mirror import Mirror
 from fixtures.pairs import EXCLUDED, LISTING_PAIRS, MODEL_OPS, PAIR_OPS, PAIRS, pair_races, relation_of, set_up
+from fixtures.pool import Device
 from fixtures.races import PAIR_RACES, KnownRaceSeen, RaceLog
 from harness.p9.messages import Rlopen, Rwalk, Tclunk, Tlopen, Twalk
 
@@ -57,12 +57,16 @@ def hold_open(mirror: Mirror) -> list[int]:
     fids = [p9.new_fid() for _ in range(HELD_OPEN)]
     replies = in_batches(p9, [Twalk(fid=mirror.fid, newfid=fid, wnames=["hold", str(n)]) for n, fid in enumerate(fids)])
     replies += in_batches(p9, [Tlopen(fid=fid, flags=os.O_RDONLY) for fid in fids])
-    assert all(isinstance(r, Rwalk | Rlopen) for r in replies), [r for r in replies if not isinstance(r, Rwalk | Rlopen)]
+    assert all(isinstance(r, Rwalk | Rlopen) for r in replies), [
+        r for r in replies if not isinstance(r, Rwalk | Rlopen)
+    ]
     mirror.learn(())
     return fids
 
 
-def one_round(mirror: Mirror, ops: list[str], staggered: bool, held: Sequence[int], races: RaceLog, where: str) -> str | None:
+def one_round(
+    mirror: Mirror, ops: list[str], staggered: bool, held: Sequence[int], races: RaceLog, where: str
+) -> str | None:
     """The group's requests in flight together (one kick, or one each), on the directory set up
     anew, judged; every fid but the held ones clunked after. What was wrong, or None."""
     fids = set_up(mirror, mirror.fid)
@@ -97,7 +101,9 @@ def rounds(mirror: Mirror, device: Device, request: pytest.FixtureRequest, draw:
         ops = draw(seed)
         failure = one_round(mirror, ops, kick == "staggered", held, races, f"seed {seed}")
         assert device.alive(), f"QEMU died in the round of seed {seed}: {ops}"
-        assert failure is None, f"round of seed {seed} (-k '{request.node.callspec.id}' --concurrent-seed {seed}): {failure}"
+        assert failure is None, (
+            f"round of seed {seed} (-k '{request.node.callspec.id}' --concurrent-seed {seed}): {failure}"
+        )
     races.raise_if_seen("a request answered as no serial order does")
 
 
@@ -105,7 +111,9 @@ def rounds(mirror: Mirror, device: Device, request: pytest.FixtureRequest, draw:
 @pytest.mark.fsdev(multidevs="warn")
 @case_path("concurrent/pairs/{pair}/{kick}/nofile_{nofile}", backends=["local"], pair=list(PAIRS),
            kick=["one_kick", "staggered"], nofile=[0, NOFILE], unless=under_reclaim)  # fmt: skip
-def test_pair(mirror: Mirror, device: Device, request: pytest.FixtureRequest, pair: str, kick: str, nofile: int) -> None:
+def test_pair(
+    mirror: Mirror, device: Device, request: pytest.FixtureRequest, pair: str, kick: str, nofile: int
+) -> None:
     """The two requests of the pair in flight together: their answers are some serial order's
     (``nofile_200``: QEMU at RLIMIT_NOFILE 200, past its descriptor reclaim mark; ``nofile_0``: its own limit)."""
     held = hold_open(mirror) if nofile else []

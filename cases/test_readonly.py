@@ -68,26 +68,21 @@ def populate(host: Path) -> None:
 
 #: 9P2000.L requests that change the tree, each aimed at the export's files.
 DOTL_REFUSED: dict[str, Refusal] = {
-    "Tlcreate": Refusal(
-        lambda t: Tlcreate(fid=t.dir_clone, name="new", flags=os.O_RDWR, mode=0o644, gid=0)),
+    "Tlcreate": Refusal(lambda t: Tlcreate(fid=t.dir_clone, name="new", flags=os.O_RDWR, mode=0o644, gid=0)),
     "Tsymlink": Refusal(lambda t: Tsymlink(fid=t.dir, name="new", symtgt="f", gid=0)),
-    "Tmknod": Refusal(
-        lambda t: Tmknod(dfid=t.dir, name="new", mode=stat.S_IFREG | 0o600, major=0, minor=0, gid=0)),
+    "Tmknod": Refusal(lambda t: Tmknod(dfid=t.dir, name="new", mode=stat.S_IFREG | 0o600, major=0, minor=0, gid=0)),
     "Tmkdir": Refusal(lambda t: Tmkdir(dfid=t.dir, name="new", mode=0o755, gid=0)),
     "Tlink": Refusal(lambda t: Tlink(dfid=t.dir, fid=t.file, name="new")),
     "Trename": Refusal(lambda t: Trename(fid=t.file, dfid=t.dir, name="new")),
-    "Trenameat": Refusal(
-        lambda t: Trenameat(olddirfid=t.dir, oldname="f", newdirfid=t.dir, newname="new")),
+    "Trenameat": Refusal(lambda t: Trenameat(olddirfid=t.dir, oldname="f", newdirfid=t.dir, newname="new")),
     "Tunlinkat": Refusal(lambda t: Tunlinkat(dirfd=t.dir, name="f", flags=0)),
     "Tunlinkat_dir": Refusal(lambda t: Tunlinkat(dirfd=t.dir, name="d", flags=wire.AT_REMOVEDIR)),
     "Tsetattr_mode": Refusal(lambda t: Tsetattr(fid=t.file, valid=0x1, mode=0o600)),
     "Tsetattr_owner": Refusal(lambda t: Tsetattr(fid=t.file, valid=0x2 | 0x4, uid=1, gid=1)),
     "Tsetattr_size": Refusal(lambda t: Tsetattr(fid=t.file, valid=0x8, size=0)),
     "Tsetattr_times": Refusal(lambda t: Tsetattr(fid=t.file, valid=0x10 | 0x20, atime_sec=1, mtime_sec=1)),
-    "Txattrcreate": Refusal(
-        lambda t: Txattrcreate(fid=t.file_clone, name="user.new", attr_size=1, flags=0)),
-    "Txattrcreate_remove": Refusal(
-        lambda t: Txattrcreate(fid=t.file_clone, name="user.kept", attr_size=0, flags=0)),
+    "Txattrcreate": Refusal(lambda t: Txattrcreate(fid=t.file_clone, name="user.new", attr_size=1, flags=0)),
+    "Txattrcreate_remove": Refusal(lambda t: Txattrcreate(fid=t.file_clone, name="user.kept", attr_size=0, flags=0)),
     "Twrite": Refusal(lambda t: Twrite(fid=t.open_file, offset=0, data=b"X")),
     "Tlopen_O_WRONLY": Refusal(lambda t: Tlopen(fid=t.file_clone, flags=os.O_WRONLY)),
     "Tlopen_O_RDWR": Refusal(lambda t: Tlopen(fid=t.file_clone, flags=os.O_RDWR)),
@@ -96,10 +91,10 @@ DOTL_REFUSED: dict[str, Refusal] = {
 }
 #: 9P2000.u's own: Tcreate, Twstat, and Topen for writing or truncating (the mode byte).
 DOTU_REFUSED: dict[str, Refusal] = {
-    "Tcreate": Refusal(
-        lambda t: Tcreate(fid=t.dir_clone, name="new", perm=0o644, mode=wire.ORDWR, extension="")),
+    "Tcreate": Refusal(lambda t: Tcreate(fid=t.dir_clone, name="new", perm=0o644, mode=wire.ORDWR, extension="")),
     "Tcreate_dir": Refusal(
-        lambda t: Tcreate(fid=t.dir_clone, name="new", perm=wire.DMDIR | 0o755, mode=0, extension="")),
+        lambda t: Tcreate(fid=t.dir_clone, name="new", perm=wire.DMDIR | 0o755, mode=0, extension="")
+    ),
     "Twstat_mode": Refusal(lambda t: twstat(t.file, mode=0o600)),
     "Twstat_name": Refusal(lambda t: twstat(t.file, name="new")),
     "Twstat_length": Refusal(lambda t: twstat(t.file, length=0)),

@@ -34,10 +34,8 @@ from harness.qemu import versions
 REFUSED_DOTL: dict[str, Refusal] = {
     "walk/unknown_fid": Refusal(lambda t: Twalk(fid=UNKNOWN, newfid=FREE, wnames=["f"])),
     "walk/newfid_in_use": Refusal(lambda t: Twalk(fid=t.dir, newfid=0, wnames=["f"])),
-    "walk/open_fid_onto_itself": Refusal(
-        lambda t: Twalk(fid=t.open_file_rw, newfid=t.open_file_rw, wnames=[])),
-    "attach/fid_in_use": Refusal(
-        lambda t: Tattach(fid=t.dir, afid=wire.NOFID, uname="", aname="", n_uname=0)),
+    "walk/open_fid_onto_itself": Refusal(lambda t: Twalk(fid=t.open_file_rw, newfid=t.open_file_rw, wnames=[])),
+    "attach/fid_in_use": Refusal(lambda t: Tattach(fid=t.dir, afid=wire.NOFID, uname="", aname="", n_uname=0)),
     "lopen/unknown_fid": Refusal(lambda t: Tlopen(fid=UNKNOWN, flags=0)),
     "lopen/twice": Refusal(lambda t: Tlopen(fid=t.open_file_rw, flags=0)),
     "readdir/unknown_fid": Refusal(lambda t: Treaddir(fid=UNKNOWN, offset=0, count=1000)),
@@ -51,35 +49,38 @@ REFUSED_DOTL: dict[str, Refusal] = {
     "unlinkat/unknown_flags": Refusal(lambda t: Tunlinkat(dirfd=t.dir, name="f", flags=0x1)),
     "unlinkat/missing": Refusal(lambda t: Tunlinkat(dirfd=t.dir, name="missing", flags=0)),
     "lock/unknown_fid": Refusal(
-        lambda t: Tlock(fid=UNKNOWN, type=1, flags=0, start=0, length=0, proc_id=1, client_id="c")),
+        lambda t: Tlock(fid=UNKNOWN, type=1, flags=0, start=0, length=0, proc_id=1, client_id="c")
+    ),
     "lock/unknown_flags": Refusal(
         lambda t: Tlock(fid=t.open_file_rw, type=1, flags=0x4, start=0, length=0, proc_id=1, client_id="c")
     ),
     "getlock/unknown_fid": Refusal(
-        lambda t: Tgetlock(fid=UNKNOWN, type=1, start=0, length=0, proc_id=1, client_id="c")),
+        lambda t: Tgetlock(fid=UNKNOWN, type=1, start=0, length=0, proc_id=1, client_id="c")
+    ),
 }
 #: 9P2000.u's own
 REFUSED_DOTU: dict[str, Refusal] = {
-    "create/unknown_fid": Refusal(
-        lambda t: Tcreate(fid=UNKNOWN, name="n", perm=0o644, mode=0, extension="")),
-    "create/open_fid": Refusal(
-        lambda t: Tcreate(fid=t.open_file_u, name="n", perm=0o644, mode=0, extension="")),
+    "create/unknown_fid": Refusal(lambda t: Tcreate(fid=UNKNOWN, name="n", perm=0o644, mode=0, extension="")),
+    "create/open_fid": Refusal(lambda t: Tcreate(fid=t.open_file_u, name="n", perm=0o644, mode=0, extension="")),
     "create/dir_exists": Refusal(
-        lambda t: Tcreate(fid=t.dir_clone, name="d", perm=wire.DMDIR | 0o755, mode=0, extension="")),
+        lambda t: Tcreate(fid=t.dir_clone, name="d", perm=wire.DMDIR | 0o755, mode=0, extension="")
+    ),
     "create/symlink_exists": Refusal(
-        lambda t: Tcreate(fid=t.dir_clone, name="f", perm=wire.DMSYMLINK | 0o777, mode=0, extension="t")),
+        lambda t: Tcreate(fid=t.dir_clone, name="f", perm=wire.DMSYMLINK | 0o777, mode=0, extension="t")
+    ),
     "create/device_exists": Refusal(
         lambda t: Tcreate(fid=t.dir_clone, name="f", perm=wire.DMDEVICE | 0o600, mode=0, extension="c 1 3")
     ),
     "create/fifo_exists": Refusal(
-        lambda t: Tcreate(fid=t.dir_clone, name="f", perm=wire.DMNAMEDPIPE | 0o600, mode=0, extension="")),
+        lambda t: Tcreate(fid=t.dir_clone, name="f", perm=wire.DMNAMEDPIPE | 0o600, mode=0, extension="")
+    ),
     "create/file_exists_excl": Refusal(
         lambda t: Tcreate(fid=t.dir_clone, name="f", perm=0o644, mode=wire.ORDWR | wire.OEXCL, extension="")
     ),
     "create/link_to_unknown_fid": Refusal(
-        lambda t: Tcreate(fid=t.dir_clone, name="n", perm=wire.DMLINK, mode=0, extension=str(UNKNOWN))),
-    "create/name_with_slash": Refusal(
-        lambda t: Tcreate(fid=t.dir_clone, name="a/b", perm=0o644, mode=0, extension="")),
+        lambda t: Tcreate(fid=t.dir_clone, name="n", perm=wire.DMLINK, mode=0, extension=str(UNKNOWN))
+    ),
+    "create/name_with_slash": Refusal(lambda t: Tcreate(fid=t.dir_clone, name="a/b", perm=0o644, mode=0, extension="")),
     "readdir/in_dotu": Refusal(lambda t: Treaddir(fid=t.open_dir_u, offset=0, count=1000)),
     "open/unknown_fid": Refusal(lambda t: Topen(fid=UNKNOWN, mode=0)),
     "wstat/unknown_fid": Refusal(lambda t: twstat(UNKNOWN, mode=0o600)),

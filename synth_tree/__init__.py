@@ -74,4 +74,3 @@ def materialise(node: Node, parent: Path) -> Path:
     else:
         path.touch()
     return path
-

@@ -134,6 +134,15 @@ def test_the_matrices_page_is_made_from_the_tables() -> None:
     assert matrices.PAGE.read_text() == matrices.page(), "python -m fixtures.matrices --write"
 
 
+def test_every_reply_field_has_a_source_or_a_reason() -> None:
+    """The reply-field matrix has no empty cell: each field of each reply in the wire table is
+    checked against a source that is not the server, or says why not."""
+    from fixtures.replies import reply_fields, unreached
+
+    assert unreached() == []
+    assert all(how for _, how in reply_fields().values())
+
+
 @pytest.mark.parametrize("record", sorted((PROJECT / "docs").glob("matrix-*.json")), ids=lambda path: path.name)
 def test_the_matrix_tables_in_the_docs_are_the_matrix_output(record: Path) -> None:
     """A runs' table docs/tools.md quotes is ``python -m harness matrix --json``'s, printed again."""

@@ -71,7 +71,7 @@ def test_repl_session(qemu_under_test: QemuUnderTest) -> None:
     assert "<-- Rlerror ENOENT (2)" in out
     assert "[0, 1]" in out
     assert "<-- Rgetattr(valid=6143" in out
-    assert "Tgetattr needs fid: Tgetattr(fid: Fid, request_mask: U64) -> Rgetattr(" in out
+    assert "Tgetattr needs fid: Tgetattr(fid: Fid, request_mask: GetattrMask) -> Rgetattr(" in out
 
 
 def test_repl_refuses_and_explains_and_saves_a_reproducer(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:

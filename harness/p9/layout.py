@@ -42,6 +42,7 @@ class StringCodec(Adapter):  # type: ignore[misc]
 
 STR = StringCodec(Prefixed(Int16ul, GreedyBytes))
 
+
 @dataclasses.dataclass(frozen=True)
 class Values:
     """The values of a field that mean something beside 0, 1 and its largest (a sized field's: its
@@ -64,8 +65,9 @@ U32 = Annotated[int, Int32ul]
 U64 = Annotated[int, Int64ul]
 String = Annotated[str, STR]
 #: ``count[4]`` then the bytes (Twrite, Rread)
-Data = Annotated[bytes, Prefixed(Int32ul, GreedyBytes), Values(relative=(("msize-23", "msize", -23),
-                                                                            ("msize-22", "msize", -22)))]
+Data = Annotated[
+    bytes, Prefixed(Int32ul, GreedyBytes), Values(relative=(("msize-23", "msize", -23), ("msize-22", "msize", -22)))
+]
 #: ``nwname[2]`` then the names (Twalk)
 Names = Annotated[list[str], PrefixedArray(Int16ul, STR), Values(special=(("MAXWELEM", 16), ("MAXWELEM+1", 17)))]
 #: a symlink's target: PATH_MAX bytes with its NUL is what Linux takes
@@ -120,8 +122,9 @@ OPEN_BITS = Bits(
     mask=3,
 )  # fmt: skip
 #: Tsetattr's valid bits
-SETATTR_BITS = Bits("valid", bits=(("MODE", 0x1), ("UID", 0x2), ("GID", 0x4), ("SIZE", 0x8), ("ATIME", 0x10),
-                                   ("MTIME", 0x20), ("CTIME", 0x40), ("ATIME_SET", 0x80), ("MTIME_SET", 0x100)))  # fmt: skip
+SETATTR_BITS = Bits("valid", bits=(
+    ("MODE", 0x1), ("UID", 0x2), ("GID", 0x4), ("SIZE", 0x8), ("ATIME", 0x10), ("MTIME", 0x20), ("CTIME", 0x40),
+    ("ATIME_SET", 0x80), ("MTIME_SET", 0x100)))  # fmt: skip
 #: Tgetattr's request mask (P9_GETATTR_*)
 GETATTR_BITS = Bits("request_mask", bits=tuple((name, 1 << at) for at, name in enumerate(
     ("MODE", "NLINK", "UID", "GID", "RDEV", "ATIME", "MTIME", "CTIME", "INO", "SIZE", "BLOCKS", "BTIME", "GEN",
@@ -136,17 +139,18 @@ LOCK_TYPES = Bits("type", choices=(("RDLCK", 0), ("WRLCK", 1), ("UNLCK", 2)), ma
 XATTR_BITS = Bits("flags", bits=(("CREATE", 1), ("REPLACE", 2)))
 #: a mode a request gives a node: the permission bits and set-id and sticky bits (and, Tmknod's,
 #: the type)
-MODE_BITS = Bits("mode", bits=(("S_ISUID", 0o4000), ("S_ISGID", 0o2000), ("S_ISVTX", 0o1000), ("S_IRUSR", 0o400),
-                               ("S_IWUSR", 0o200), ("S_IXUSR", 0o100), ("S_IRWXG", 0o70), ("S_IRWXO", 0o7)))  # fmt: skip
-NODE_TYPES = Bits("mode", bits=MODE_BITS.bits, mask=0o170000,
-                  choices=(("none", 0), ("S_IFREG", 0o100000), ("S_IFDIR", 0o40000), ("S_IFLNK", 0o120000),
-                           ("S_IFIFO", 0o10000), ("S_IFSOCK", 0o140000), ("S_IFCHR", 0o20000), ("S_IFBLK", 0o60000)))  # fmt: skip
+MODE_BITS = Bits("mode", bits=(
+    ("S_ISUID", 0o4000), ("S_ISGID", 0o2000), ("S_ISVTX", 0o1000), ("S_IRUSR", 0o400), ("S_IWUSR", 0o200),
+    ("S_IXUSR", 0o100), ("S_IRWXG", 0o70), ("S_IRWXO", 0o7)))  # fmt: skip
+NODE_TYPES = Bits("mode", bits=MODE_BITS.bits, mask=0o170000, choices=(
+    ("none", 0), ("S_IFREG", 0o100000), ("S_IFDIR", 0o40000), ("S_IFLNK", 0o120000), ("S_IFIFO", 0o10000),
+    ("S_IFSOCK", 0o140000), ("S_IFCHR", 0o20000), ("S_IFBLK", 0o60000)))  # fmt: skip
 #: 9P2000.u's Tcreate perm: the kind bits (DMDIR ...), the set-id and sticky bits and the permission bits
-PERM_BITS = Bits("perm", bits=(("DMDIR", 0x80000000), ("DMAPPEND", 0x40000000), ("DMEXCL", 0x20000000),
-                               ("DMSYMLINK", 0x02000000), ("DMLINK", 0x01000000), ("DMDEVICE", 0x00800000),
-                               ("DMNAMEDPIPE", 0x00200000), ("DMSOCKET", 0x00100000), ("DMSETUID", 0x00080000),
-                               ("DMSETGID", 0x00040000), ("DMSETVTX", 0x00010000), ("S_IRUSR", 0o400),
-                               ("S_IWUSR", 0o200), ("S_IXUSR", 0o100), ("S_IRWXG", 0o70), ("S_IRWXO", 0o7)))  # fmt: skip
+PERM_BITS = Bits("perm", bits=(
+    ("DMDIR", 0x80000000), ("DMAPPEND", 0x40000000), ("DMEXCL", 0x20000000), ("DMSYMLINK", 0x02000000),
+    ("DMLINK", 0x01000000), ("DMDEVICE", 0x00800000), ("DMNAMEDPIPE", 0x00200000), ("DMSOCKET", 0x00100000),
+    ("DMSETUID", 0x00080000), ("DMSETGID", 0x00040000), ("DMSETVTX", 0x00010000), ("S_IRUSR", 0o400),
+    ("S_IWUSR", 0o200), ("S_IXUSR", 0o100), ("S_IRWXG", 0o70), ("S_IRWXO", 0o7)))  # fmt: skip
 #: 9P2000.u's Topen/Tcreate mode byte
 OMODE_BITS = Bits("mode", bits=(("OEXCL", 0x04), ("OTRUNC", 0x10), ("OREXEC", 0x20), ("ORCLOSE", 0x40),
                                 ("OAPPEND", 0x80)),
@@ -164,8 +168,9 @@ Cookie = Annotated[int, Int64ul, Values(special=SIGN64)]
 #: 9P2000.L's seconds, a time_t to the host (2^31: past a 32-bit time_t)
 Seconds = Annotated[int, Int64ul, Values(special=(("2^31", 1 << 31), *SIGN64))]
 #: 9P2000.L's nanoseconds: the last valid, the first invalid, and utimensat's own two
-Nanoseconds = Annotated[int, Int64ul, Values(special=(("999999999", 999_999_999), ("10^9", 10**9),
-                                                      ("UTIME_NOW", (1 << 30) - 1), ("UTIME_OMIT", (1 << 30) - 2)))]  # fmt: skip
+Nanoseconds = Annotated[int, Int64ul, Values(special=(
+    ("999999999", 999_999_999), ("10^9", 10**9),
+    ("UTIME_NOW", (1 << 30) - 1), ("UTIME_OMIT", (1 << 30) - 2)))]  # fmt: skip
 #: an xattr's size: Linux takes no more than XATTR_SIZE_MAX
 XattrSize = Annotated[int, Int64ul, Values(special=(("XATTR_SIZE_MAX", 65536), ("XATTR_SIZE_MAX+1", 65537)))]
 #: a tag: NOTAG is Tversion's own

@@ -2,7 +2,10 @@
 
 Read from the cases' ``@pytest.mark.qemu_bug(fixed_in=..., reason=...)`` markers (parsed, not
 imported: the harness never imports the cases), so the table a packager reads in
-docs/known-bugs.md is the one the suite enforces; ``--write`` makes that page anew.
+docs/known-bugs.md is the one the suite enforces; ``--write`` makes that page anew. Two decorators
+put markers from fixtures/ on a case, which are read there: ``@table_bugs`` (the tables' known bugs,
+fixtures/deviations.py ``TABLE_BUGS``) and ``@pair_races(...)`` (a marker per known race of
+fixtures/races.py ``RACES``, on the pairs its predicate says can meet it: docs/matrices.md lists them).
 """
 
 from __future__ import annotations
@@ -57,6 +60,9 @@ class KnownBug:
 
 def known_bugs(cases: Path = PROJECT / "cases") -> list[KnownBug]:
     found = []
+    deviations = ast.parse((cases.parent / "fixtures" / "deviations.py").read_text())
+    races = ast.parse((cases.parent / "fixtures" / "races.py").read_text())
+    shared = _constants(deviations) | _constants(races)
     for path in sorted(cases.glob("test_*.py")):
         module = ast.parse(path.read_text())
         constants = _constants(module)  # module-level NAME = literal, which a marker may name
@@ -67,18 +73,75 @@ def known_bugs(cases: Path = PROJECT / "cases") -> list[KnownBug]:
                 constants |= {alias.name: source[alias.name] for alias in statement.names if alias.name in source}
         for node in ast.walk(module):
             if isinstance(node, ast.FunctionDef):
-                found += _bugs_of(node, constants)
-    return sorted(found, key=lambda bug: bug.case)
+                found += _bugs_of(_with_fixture_marks(node, shared), constants | shared)
+    return _merged(found)
+
+
+def _merged(bugs: list[KnownBug]) -> list[KnownBug]:
+    """One row per bug and place: the same marker on the cases of several tables (states/, flags/,
+    boundaries/: ``local/{boundaries,flags,states}/...``) or of one module's two dialects, once."""
+    groups: dict[tuple[str, str, tuple[str, ...], str, tuple[str, ...], bool, tuple[str, ...]], list[str]] = {}
+    for bug in bugs:
+        backend, table, rest = [*bug.case.split("/", 2), "", ""][:3]
+        if " where " in rest:  # a table's cells: which table's path, its last part (the security model) aside
+            path, where = rest.split(" where ", 1)
+            rest = f"…/{path.rsplit('/', 1)[-1]} where {where}"
+        key = (backend, rest, bug.fixed_in, bug.reason, bug.introduced_in, bug.race, bug.upstream)
+        if table not in groups.setdefault(key, []):
+            groups[key].append(table)
+    merged = []
+    for (backend, rest, fixed, reason, since, race, upstream), tables in groups.items():
+        table = tables[0] if len(tables) == 1 else "{" + ",".join(sorted(tables)) + "}"
+        merged.append(KnownBug("/".join(part for part in (backend, table, rest) if part), fixed, reason, since, race,
+                               upstream))  # fmt: skip
+    return sorted(merged, key=lambda bug: bug.case)
+
+
+def _with_fixture_marks(function: ast.FunctionDef, shared: dict[str, ast.expr]) -> ast.FunctionDef:
+    """``function`` with the markers its fixtures/ decorators put on it written out: each of
+    ``TABLE_BUGS`` for ``@table_bugs``, and for ``@pair_races(...)`` one per row of ``RACES``
+    (on the pairs that can meet it)."""
+    decorators: list[ast.expr] = []
+    for decorator in function.decorator_list:
+        name = ast.unparse(decorator.func if isinstance(decorator, ast.Call) else decorator)
+        if name == "table_bugs":
+            table = shared["TABLE_BUGS"]
+            assert isinstance(table, ast.List)
+            decorators += table.elts
+        elif name == "pair_races":
+            races = shared["RACES"]
+            assert isinstance(races, ast.Tuple)
+            decorators += [_race_marker(race) for race in races.elts if isinstance(race, ast.Call)]
+        else:
+            decorators.append(decorator)
+    return ast.FunctionDef(function.name, function.args, function.body, decorators, function.returns,
+                           function.type_comment, lineno=function.lineno)  # fmt: skip
+
+
+def _race_marker(race: ast.Call) -> ast.Call:
+    """A ``Race(seen, shows, answers, readings, reason, upstream, fixed_in=...)`` row as its marker."""
+    fields = ("seen", "shows", "answers", "readings", "reason", "upstream", "fixed_in")
+    given = dict(zip(fields, race.args, strict=False)) | {k.arg: k.value for k in race.keywords if k.arg}
+    keywords = [
+        ast.keyword("fixed_in", given.get("fixed_in", ast.Tuple([], ast.Load()))),
+        ast.keyword("race", ast.Constant(True)),
+        ast.keyword("reason", given["reason"]),
+        ast.keyword("when", ast.Dict([ast.Constant("pair")], [ast.Constant("{pairs meeting it}")])),
+    ]
+    if "upstream" in given:
+        keywords.append(ast.keyword("upstream", given["upstream"]))
+    return ast.Call(ast.Attribute(ast.Attribute(ast.Name("pytest"), "mark"), "qemu_bug"), [], keywords)  # fmt: skip
 
 
 def _constants(module: ast.Module) -> dict[str, ast.expr]:
-    return {
-        target.id: node.value
-        for node in module.body
-        if isinstance(node, ast.Assign)
-        for target in node.targets
-        if isinstance(target, ast.Name)
-    }
+    """Module-level ``NAME = value`` and ``NAME: type = value``."""
+    found: dict[str, ast.expr] = {}
+    for node in module.body:
+        if isinstance(node, ast.Assign):
+            found |= {target.id: node.value for target in node.targets if isinstance(target, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            found[node.target.id] = node.value
+    return found
 
 
 def _bugs_of(function: ast.FunctionDef, constants: dict[str, ast.expr]) -> list[KnownBug]:
@@ -95,6 +158,11 @@ def _bugs_of(function: ast.FunctionDef, constants: dict[str, ast.expr]) -> list[
             continue
         name = ast.unparse(decorator.func)
         kwargs = {k.arg: k.value for k in decorator.keywords if k.arg}
+        for splat in (k.value for k in decorator.keywords if k.arg is None):  # **A_DICT_CONSTANT
+            named = constants[splat.id] if isinstance(splat, ast.Name) else splat
+            assert isinstance(named, ast.Dict)
+            kwargs |= {str(key.value): item for key, item in zip(named.keys, named.values, strict=True)
+                       if isinstance(key, ast.Constant)}  # fmt: skip
         if name == "case_path":
             path = value(decorator.args[0])
             backends = value(kwargs["backends"]) if "backends" in kwargs else backends
@@ -102,8 +170,8 @@ def _bugs_of(function: ast.FunctionDef, constants: dict[str, ast.expr]) -> list[
             when = value(kwargs["when"]) if "when" in kwargs else {}
             since = tuple(value(kwargs["introduced_in"])) if "introduced_in" in kwargs else ()
             race = bool(value(kwargs["race"])) if "race" in kwargs else False
-            named = value(kwargs["upstream"]) if "upstream" in kwargs else ()
-            upstream = (named,) if isinstance(named, str) else tuple(named)
+            pages = value(kwargs["upstream"]) if "upstream" in kwargs else ()
+            upstream = (pages,) if isinstance(pages, str) else tuple(pages)
             bugs.append((tuple(value(kwargs["fixed_in"])), value(kwargs["reason"]), when, since, race, upstream))
     found = []
     for fixed, reason, when, since, race, upstream in bugs:
@@ -114,15 +182,20 @@ def _bugs_of(function: ast.FunctionDef, constants: dict[str, ast.expr]) -> list[
 
 def _filled(path: str, when: dict[str, Any]) -> str:
     """``setattr/mode/{security_model}`` with the values the bug is limited to filled in (a tuple of
-    them: ``{a,b}``, or how many)."""
+    them: ``{a,b}``, or how many); a limit the path has no part for (a table's cell's message or
+    history) follows it: ``states/*/*/* where message=setattr``."""
+    beyond = []
     for key, value in when.items():
         shown = (
             (f"{{{len(value)} of them}}" if len(value) > 3 else "{" + ",".join(value) + "}")
             if isinstance(value, tuple)
             else value
         )
-        path = path.replace("{" + key + "}", str(shown))
-    return re.sub(r"\{\w+\}", "*", path)  # every value of the others
+        if "{" + key + "}" in path:
+            path = path.replace("{" + key + "}", str(shown))
+        elif key != "backend":
+            beyond.append(f"{key}={shown}")
+    return re.sub(r"\{\w+\}", "*", path) + (f" where {', '.join(beyond)}" if beyond else "")  # the others: any
 
 
 def table(bugs: list[KnownBug]) -> str:
