@@ -100,7 +100,8 @@ def test_excluded_states(mirror: Mirror, place: Place, qemu_under_test: QemuUnde
             else:
                 twin = build(mirror, place.fid, f"t{index}", why.twin(state), index)
                 if fid_shape(mirror, twin.subject) != shape:
-                    wrong.append(f"{state}: built as {shape}, not as {why.twin(state)} ({fid_shape(mirror, twin.subject)})")
+                    made = fid_shape(mirror, twin.subject)
+                    wrong.append(f"{state}: built as {shape}, not as {why.twin(state)} ({made})")
         params = {"state": state, "message": "getattr", "security_model": security_model}
         verdict = judge(mirror, slot, Cell(state, GETATTR), deviating_bugs(marks, params, server.version))
         if verdict.outcome() == "wrong":
