@@ -16,6 +16,8 @@ product that cannot exist are listed with why (docs/matrices.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from fixtures.case_path import Shown, case_path
@@ -28,6 +30,7 @@ from fixtures.model import Server
 from fixtures.place import Place
 from fixtures.subjects import MODELS, OTHER_FIDS, SHOWN, State, build, cannot, excluded, states
 from fixtures.tables import Op, fid_ops
+from harness.p9 import wire
 from harness.p9.messages import Tgetattr
 
 OPS: dict[str, Op] = {op.name: op for op in fid_ops()}
@@ -61,10 +64,28 @@ def test_every_state(mirror: Mirror, place: Place, qemu_under_test: QemuUnderTes
     """Every request on a fid in every state of the group not run as a case of its own (the cheap
     mode: one case, the requests of a state sharing its slot while they leave it as it was),
     each judged as its own case would be."""
+    every_state(mirror, place, group, security_model, list(OPS.values()), lambda state: state not in SHOWN)
+
+
+#: 9P2000.u's requests that take a fid (Tstat, Twstat, Topen, Tcreate and those it shares)
+DOTU_OPS = fid_ops(wire.DOTU)
+
+
+@case_path("states/every/dotu/{group}/{security_model}", backends=["local"], dialect=[wire.DOTU],
+           group=Shown(GROUPS, []), security_model=list(MODELS))  # fmt: skip
+def test_every_state_dotu(mirror: Mirror, place: Place, qemu_under_test: QemuUnderTest, dialect: str, group: str,
+                          security_model: str) -> None:  # fmt: skip
+    """9P2000.u's requests on a fid in every state of the group, in the cheap mode."""
+    every_state(mirror, place, group, security_model, DOTU_OPS, lambda state: True)
+
+
+def every_state(mirror: Mirror, place: Place, group: str, security_model: str, ops: list[Op],
+                chosen_state: Callable[[State], bool]) -> None:  # fmt: skip
+    """The cells of ``ops`` on every chosen state of ``group``, judged in one case."""
     server = mirror.model.server
-    chosen = [state for state in states(server) if state not in SHOWN
+    chosen = [state for state in states(server) if chosen_state(state)
               and (state.kind == group or (group == "other" and state.kind in OTHER_FIDS))]  # fmt: skip
-    cells = [Cell(state, op) for state in chosen for op in OPS.values()]
+    cells = [Cell(state, op) for state in chosen for op in ops]
     marks = list(test_operation_in_state.pytestmark)  # type: ignore[attr-defined]
     tally = run_cells(mirror, place.fid, cells, marks,
                       lambda cell: {"state": cell.state, "op": cell.op.name, "message": cell.op.name.split("/")[0],
