@@ -34,8 +34,11 @@ FIELDS = DOTL | DOTU
 READ_COUNTS = ("read/count", "dotu/read/count")
 
 
-def check(mirror: Mirror, place: Place, field: str, security_model: str, every: bool, marks: list[pytest.Mark]) -> None:
-    """The field's every value on the row's example (and, ``every``, on a fid in each shown state)."""
+def check(
+    mirror: Mirror, place: Place, field: str, security_model: str, config: pytest.Config, marks: list[pytest.Mark]
+) -> None:
+    """The field's every value on the row's example (and, with --full-matrix, on a fid in each state)."""
+    every = config.getoption("--full-matrix")
     server = mirror.model.server
     ops = FIELDS[field].values()
     cells = [Cell(EXAMPLE, op) for op in ops]
@@ -48,7 +51,7 @@ def check(mirror: Mirror, place: Place, field: str, security_model: str, every: 
                       lambda cell: {"state": cell.state, "message": short(cell.op.message),
                                     "security_model": security_model},
                       server.version)  # fmt: skip
-    tally.conclude()
+    tally.conclude(config.option.runxfail)
 
 
 @table_bugs
@@ -58,7 +61,7 @@ def test_boundary(mirror: Mirror, place: Place, qemu_under_test: QemuUnderTest, 
                   request: pytest.FixtureRequest) -> None:  # fmt: skip
     """9P2000.L's requests: each boundary of the field, judged by the model."""
     marks = list(test_boundary.pytestmark)  # type: ignore[attr-defined]  # (set by table_bugs)
-    check(mirror, place, field, security_model, request.config.getoption("--full-matrix"), marks)
+    check(mirror, place, field, security_model, request.config, marks)
 
 
 @table_bugs
@@ -69,4 +72,4 @@ def test_boundary_dotu(mirror: Mirror, place: Place, qemu_under_test: QemuUnderT
                        security_model: str, request: pytest.FixtureRequest) -> None:  # fmt: skip
     """9P2000.u's requests: each boundary of the field, judged by the model."""
     marks = list(test_boundary_dotu.pytestmark)  # type: ignore[attr-defined]  # (set by table_bugs)
-    check(mirror, place, field, security_model, request.config.getoption("--full-matrix"), marks)
+    check(mirror, place, field, security_model, request.config, marks)

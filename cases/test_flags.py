@@ -40,10 +40,13 @@ DOTU = by_field(wire.DOTU, "dotu/")
 FIELDS = DOTL | DOTU
 
 
-def check(mirror: Mirror, place: Place, field: str, security_model: str, every: bool, marks: list[pytest.Mark]) -> None:
+def check(
+    mirror: Mirror, place: Place, field: str, security_model: str, config: pytest.Config, marks: list[pytest.Mark]
+) -> None:
     """Each value of the field on the row's example request, and on a fid in each state of
     ``FLAGGED`` (every state, ``every``)."""
     server = mirror.model.server
+    every = config.getoption("--full-matrix")
     chosen = [state for state in (states(server) if every else FLAGGED) if state in states(server)]
     cells = [Cell(EXAMPLE, op) for op in FIELDS[field].values()]
     for op in FIELDS[field].values():
@@ -53,7 +56,7 @@ def check(mirror: Mirror, place: Place, field: str, security_model: str, every: 
                       lambda cell: {"state": cell.state, "message": short(cell.op.message),
                                     "security_model": security_model},
                       server.version)  # fmt: skip
-    tally.conclude()
+    tally.conclude(config.option.runxfail)
 
 
 @table_bugs
@@ -62,7 +65,7 @@ def test_flags(mirror: Mirror, place: Place, qemu_under_test: QemuUnderTest, fie
                request: pytest.FixtureRequest) -> None:  # fmt: skip
     """9P2000.L's flags fields: each value, judged by the model."""
     marks = list(test_flags.pytestmark)  # type: ignore[attr-defined]  # (set by table_bugs)
-    check(mirror, place, field, security_model, request.config.getoption("--full-matrix"), marks)
+    check(mirror, place, field, security_model, request.config, marks)
 
 
 @table_bugs
@@ -72,4 +75,4 @@ def test_flags_dotu(mirror: Mirror, place: Place, qemu_under_test: QemuUnderTest
                     security_model: str, request: pytest.FixtureRequest) -> None:  # fmt: skip
     """9P2000.u's flags fields (Topen's and Tcreate's mode, Tcreate's perm): each value, judged by the model."""
     marks = list(test_flags_dotu.pytestmark)  # type: ignore[attr-defined]  # (set by table_bugs)
-    check(mirror, place, field, security_model, request.config.getoption("--full-matrix"), marks)
+    check(mirror, place, field, security_model, request.config, marks)

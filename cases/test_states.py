@@ -60,11 +60,12 @@ GROUPS = [*sorted({state.kind for state in EVERY} - set(OTHER_FIDS)), "other"]
 @case_path("states/every/{group}/{security_model}", backends=["local"], group=Shown(GROUPS, []),
            security_model=list(MODELS))  # fmt: skip
 def test_every_state(mirror: Mirror, place: Place, qemu_under_test: QemuUnderTest, group: str,
-                     security_model: str) -> None:  # fmt: skip
+                     security_model: str, pytestconfig: pytest.Config) -> None:  # fmt: skip
     """Every request on a fid in every state of the group not run as a case of its own (the cheap
     mode: one case, the requests of a state sharing its slot while they leave it as it was),
     each judged as its own case would be."""
-    every_state(mirror, place, group, security_model, list(OPS.values()), lambda state: state not in SHOWN)
+    every_state(mirror, place, group, security_model, list(OPS.values()), lambda state: state not in SHOWN,
+                pytestconfig.option.runxfail)  # fmt: skip
 
 
 #: 9P2000.u's requests that take a fid (Tstat, Twstat, Topen, Tcreate and those it shares)
@@ -74,13 +75,13 @@ DOTU_OPS = fid_ops(wire.DOTU)
 @case_path("states/every/dotu/{group}/{security_model}", backends=["local"], dialect=[wire.DOTU],
            group=Shown(GROUPS, []), security_model=list(MODELS))  # fmt: skip
 def test_every_state_dotu(mirror: Mirror, place: Place, qemu_under_test: QemuUnderTest, dialect: str, group: str,
-                          security_model: str) -> None:  # fmt: skip
+                          security_model: str, pytestconfig: pytest.Config) -> None:  # fmt: skip
     """9P2000.u's requests on a fid in every state of the group, in the cheap mode."""
-    every_state(mirror, place, group, security_model, DOTU_OPS, lambda state: True)
+    every_state(mirror, place, group, security_model, DOTU_OPS, lambda state: True, pytestconfig.option.runxfail)
 
 
 def every_state(mirror: Mirror, place: Place, group: str, security_model: str, ops: list[Op],
-                chosen_state: Callable[[State], bool]) -> None:  # fmt: skip
+                chosen_state: Callable[[State], bool], runxfail: bool) -> None:  # fmt: skip
     """The cells of ``ops`` on every chosen state of ``group``, judged in one case."""
     server = mirror.model.server
     chosen = [state for state in states(server) if chosen_state(state)
@@ -91,7 +92,7 @@ def every_state(mirror: Mirror, place: Place, group: str, security_model: str, o
                       lambda cell: {"state": cell.state, "op": cell.op.name, "message": cell.op.name.split("/")[0],
                                     "security_model": security_model},
                       server.version)  # fmt: skip
-    tally.conclude()
+    tally.conclude(runxfail)
 
 
 @table_bugs

@@ -159,3 +159,19 @@ def test_doctor_one_table_and_one_exit_code_per_meaning(tmp_path: Path, qemu_und
         rows = dict(row[:2] for row in table_rows(done.stdout))
         assert rows["usable for the whole suite"].startswith(("yes", "degraded", "no")[status]), (what, rows)
         assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_the_usage_text_names_every_bench_command() -> None:
+    """cli.py's usage text lists each ``bench`` command its parser has."""
+    import argparse
+
+    from harness.tools import cli
+
+    parser = argparse.ArgumentParser()
+    top = parser.add_subparsers()
+    cli._add_bench(top)
+    bench = top.choices["bench"]
+    commands = next(a for a in bench._actions if isinstance(a, argparse._SubParsersAction))
+    assert cli.__doc__ is not None
+    missing = [name for name in commands.choices if f"bench {name}" not in cli.__doc__]
+    assert not missing, f"harness/tools/cli.py's usage text names no {missing}"

@@ -4,8 +4,14 @@ python -m harness qemu build [ORIGIN]            build (once) and print the bina
 python -m harness qemu path [ORIGIN]             print the binary the harness would use
 python -m harness qemu list                      the builds in the cache
 python -m harness doctor [--qemu-binary B]       what the harness sees, as a table
-python -m harness bench rtt [--qemu-binary B]    qtest and 9P round trips per second
+python -m harness bench readdir [--qemu B ...]    Treaddir latency, synth and large local directories
+python -m harness bench io [--qemu B ...]         Twrite then Tread of a large file against msize
+python -m harness bench rtt [--qemu B ...]        qtest and 9P round trips per second
+python -m harness bench lock [--qemu B ...]       a Trenameat alone and beside a Treaddir collecting
 python -m harness bench releases [--qemu B ...]   readdir, io and rtt across QEMU releases, interleaved
+python -m harness bench bisect-step ...           one `git bisect run` step over a speed change
+python -m harness bench suite [--whole]           our pytest run against QEMU's qos-test
+(the benches are harness/tools/bench/registry.py's entries; `bench NAME --help` for each)
 """
 
 from __future__ import annotations
@@ -76,41 +82,12 @@ def _add_bench(sub: Any) -> None:
         parser.add_argument("--json", help="write the results, every round, to this file")
         parser.add_argument("--plot", help="draw the results into this PNG (needs matplotlib)")
 
-    rtt = bench_sub.add_parser("rtt", help="qtest and 9P round trips per second, 1/8/32/128 in flight")
-    common(rtt)
-    rtt.add_argument("--transport", choices=("modern", "legacy"), default="modern")
-    rtt.add_argument("--seconds", type=float, default=2.0, help="time spent on each measurement")
-    readdir = bench_sub.add_parser("readdir", help="Treaddir latency on synth and on large local directories")
-    common(readdir)
+    from harness.tools.bench.registry import BENCHES, measures
 
-    def many(parser: argparse.ArgumentParser, flag: str, what: str) -> None:
-        """``--files 100 200``, or ``--files 100 --files 200``: several values either way."""
-        parser.add_argument(flag, type=int, nargs="+", action="extend", help=what)
-
-    def multidevs(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--multidevs", choices=("warn", "remap", "forbid"), action="append",
-            help="the local export's multidevs option (default: the binary's own); repeat to compare, interleaved",
-        )  # fmt: skip
-
-    multidevs(readdir)
-    many(readdir, "--files", "local directory sizes (default 100 1000 10000 100000)")
-    many(readdir, "--msize", "msize values (default 8192 1048576)")
-    many(readdir, "--count", "split counts besides msize - 11 (default 2048: a listing in parts)")
-    readdir.add_argument("--runs", type=int, default=20, help="listings measured per row (after 2 warm-ups)")
-    readdir.add_argument("--quick", action="store_true", help="smoke mode: tiny directories, 2 runs")
-    io = bench_sub.add_parser("io", help="Twrite then Tread of a large file against msize")
-    common(io)
-    io.add_argument("--size", type=int, default=256, help="file size in MiB (default 256)")
-    multidevs(io)
-    many(io, "--msize", "msize values (default 8 KiB … 4,186,112)")
-    io.add_argument("--quick", action="store_true", help="smoke mode: 2 MiB, two msizes")
-    io.add_argument(
-        "--copied", "--through-qtest",
-        action="store_true",
-        help="also copy every payload into and out of guest memory per request, as the cases do, besides the "
-        "default resident payloads (written into guest memory once, in one descriptor and in 4 KiB pages)",
-    )  # fmt: skip
+    for entry in BENCHES:  # each bench's own command: harness/tools/bench/registry.py
+        parser = bench_sub.add_parser(entry.name, help=entry.help)
+        common(parser)
+        entry.options(parser)
     releases = bench_sub.add_parser(
         "releases", help="readdir, io and rtt over several QEMUs (every cached build, or --qemu ...), interleaved"
     )
@@ -123,22 +100,13 @@ def _add_bench(sub: Any) -> None:
     releases.add_argument(
         "--from-json", metavar="F", help="measure nothing: print (and --plot-dir) a saved --json again"
     )
-    lock = bench_sub.add_parser("lock", help="a Trenameat's latency alone and beside a Treaddir collecting entries")
-    common(lock)
-    multidevs(lock)
-    many(lock, "--files", "local directory sizes (default 2000 100000)")
-    lock.add_argument(
-        "--msize", type=int, default=262144, help="msize; the listing asks for msize - 11 (default 256 KiB)"
-    )
-    lock.add_argument("--runs", type=int, default=10, help="renames measured per row (after 2 warm-ups)")
-    lock.add_argument("--quick", action="store_true", help="smoke mode: 20 files, 2 runs")
     step = bench_sub.add_parser(
         "bisect-step", help="one `git bisect run` step over a speed change: exit 0 same speed, 1 changed, 125 skip"
     )
     idle(step)
     step.add_argument("--qemu-binary", required=True, help="the build of the commit under test")
     step.add_argument("--reference", required=True, help="a build of the bisection's good end")
-    step.add_argument("--measure", choices=("readdir", "io", "rtt"), default="readdir")
+    step.add_argument("--measure", choices=[m.name for m in measures()], default=measures()[0].name)
     step.add_argument(
         "--row", required=True, nargs="+", help="the row, as `bench releases` names it: local 2000 262144 262133"
     )
@@ -419,35 +387,17 @@ def _bench(args: argparse.Namespace) -> int:
     variants = [Variant(binary, mode, slot, option) for slot, (binary, mode, option) in enumerate(triples)]  # type: ignore[arg-type]
     run = Run(variants, 1 if getattr(args, "quick", False) else args.rounds)
     # readdir's local directories: made once, listed by every variant and round
-    with readdir_export() if args.bench in ("readdir", "lock") else contextlib.nullcontext() as export:
+    from harness.tools.bench.registry import bench
+
+    with readdir_export() if bench(args.bench).export else contextlib.nullcontext() as export:
         run.interleave(lambda variant: _bench_one(args, variant, export), args.bench)
     return run.report(args.json, args.plot)
 
 
 def _bench_one(args: argparse.Namespace, variant: Any, export: Path | None = None) -> Any:
-    if args.bench == "rtt":
-        from harness.tools.bench.rtt import rtt_table
+    from harness.tools.bench.registry import bench
 
-        return rtt_table(variant, args.transport, args.seconds)
-    if args.bench == "lock":
-        from harness.tools.bench.lock import lock_table
-
-        assert export is not None
-        sizes = args.files or ([20] if args.quick else [2000, 100000])
-        return lock_table(variant, sizes, args.msize, 2 if args.quick else args.runs, export)
-    if args.bench == "readdir":
-        from harness.tools.bench.readdir import readdir_table
-
-        sizes = args.files or ([20, 200] if args.quick else [100, 1000, 10000, 100000])  # given sizes win
-        msizes = args.msize or ([8192] if args.quick else [8192, 1 << 20])
-        counts = args.count or [2048]
-        return readdir_table(variant, sizes, msizes, 2 if args.quick else args.runs, counts, export)
-    from harness.p9.channel import VIRTIO_MSIZE_LIMIT as largest
-    from harness.tools.bench.io import IO_PATHS, io_table
-
-    msizes = args.msize or ([8192, 1 << 20] if args.quick else [8192, 128 << 10, 512 << 10, 1 << 20, 2 << 20, largest])
-    paths = list(IO_PATHS if args.copied or args.quick else IO_PATHS[:2])
-    return io_table(variant, (2 if args.quick else args.size) << 20, msizes, paths)
+    return bench(args.bench).table(args, variant, export)
 
 
 if __name__ == "__main__":

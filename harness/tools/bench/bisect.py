@@ -22,7 +22,7 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.tools.bench.readdir import readdir_export
-from harness.tools.bench.releases import MEASURES, Settings
+from harness.tools.bench.registry import Settings, measures
 from harness.tools.bench.report import row_name, told_apart
 from harness.tools.bench.run import Run
 from harness.tools.bench.variant import Variant
@@ -34,9 +34,9 @@ def bisect_step(
     binary: Path, reference: Path, measure: str, row: str, threshold: float, rounds: int, when: str, quick: bool
 ) -> int:
     """The exit status (module docstring); prints one line saying why."""
-    chosen = next((m for m in MEASURES if m.name == measure), None)
+    chosen = next((m for m in measures() if m.name == measure), None)
     if chosen is None:
-        raise HarnessError(f"no measure {measure!r}: one of {', '.join(m.name for m in MEASURES)}")
+        raise HarnessError(f"no measure {measure!r}: one of {', '.join(m.name for m in measures())}")
     settings = Settings.quick() if quick else Settings()
     # absolute: QEMU starts in a directory of its own, and a bisection names build/qemu-system-x86_64
     binary, reference = binary.absolute(), reference.absolute()

@@ -15,12 +15,12 @@ from pathlib import Path
 from harness.p9 import wire
 from harness.p9.messages import Rreaddir, Treaddir
 from harness.qemu.config import FsConfig, SynthFs
+
+#: QEMU's CPU time per whole listing: what a listing costs the server, however fast it was driven
+from harness.tools.bench.registry import QEMU_PER_LISTING as QEMU_PER_LISTING
 from harness.tools.bench.report import Row, Table, stats
 from harness.tools.bench.variant import CPU_COLUMNS, CpuSplit, Variant, machine_config, progress
 from harness.tools.connect import Connection, connect
-
-#: QEMU's CPU time per whole listing: what a listing costs the server, however fast it was driven
-QEMU_PER_LISTING = "QEMU CPU µs/listing"
 
 
 def local_dir(root: Path, files: int) -> Path:

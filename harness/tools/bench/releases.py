@@ -18,7 +18,6 @@ import os
 import platform
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,67 +25,13 @@ from tabulate import tabulate
 
 from harness.errors import HarnessError
 from harness.qemu import build, provision, versions
-from harness.tools.bench.io import io_table
-from harness.tools.bench.readdir import QEMU_PER_LISTING, readdir_export, readdir_table
+from harness.tools.bench.readdir import readdir_export
+from harness.tools.bench.registry import Measure, Settings, measures
 from harness.tools.bench.report import NOISE, Table, chance_apart, ratio, row_name
-from harness.tools.bench.rtt import rtt_table
 from harness.tools.bench.run import Run, Steal, load
-from harness.tools.bench.variant import QEMU_PER_OP, Variant, home
+from harness.tools.bench.variant import Variant, home
 
-
-@dataclass(frozen=True)
-class Settings:
-    """How much each measure does: the full run, or ``--quick`` (a smoke test of the command)."""
-
-    files: int = 2000
-    msize: int = 256 << 10
-    runs: int = 20
-    io_mib: int = 64
-    io_msize: int = 1 << 20
-    seconds: float = 1.0
-    depths: tuple[int, ...] = (1, 32)
-
-    @classmethod
-    def quick(cls) -> Settings:
-        return cls(files=20, msize=8192, runs=2, io_mib=2, io_msize=8192, seconds=0.1, depths=(1,))
-
-
-@dataclass(frozen=True)
-class Measure:
-    """One of the three benches as this command runs it, and the column of QEMU's CPU per request."""
-
-    name: str
-    table: Callable[[Variant, Settings, Path], Table]
-    #: the name of QEMU's CPU per request, and how a row gives it
-    cpu: str
-    cpu_of: Callable[[dict[str, Any]], float]
-    #: a larger value of the compared column is better (a rate), not worse (a time)
-    higher_is_better: bool
-
-
-def _readdir(variant: Variant, settings: Settings, export: Path) -> Table:
-    # synth's 100 entries and a local directory, each listed whole: count = msize - 11
-    return readdir_table(variant, [settings.files], [settings.msize], settings.runs, [], export)
-
-
-def _io(variant: Variant, settings: Settings, export: Path) -> Table:
-    return io_table(variant, settings.io_mib << 20, [settings.io_msize], ["resident"])
-
-
-def _rtt(variant: Variant, settings: Settings, export: Path) -> Table:
-    return rtt_table(variant, "modern", settings.seconds, settings.depths, client_rows=False)
-
-
-def _io_cpu(row: dict[str, Any]) -> float:
-    """QEMU's CPU µs per MiB moved (written, then read), from its share of the row's wall time."""
-    return round(float(row["QEMU CPU %"]) / 100 * float(row["wall s"]) * 1e6 / (2 * float(row["MiB"])), 1)
-
-
-MEASURES = (
-    Measure("readdir", _readdir, QEMU_PER_LISTING, lambda row: row[QEMU_PER_LISTING], higher_is_better=False),
-    Measure("io", _io, "QEMU CPU µs/MiB", _io_cpu, higher_is_better=True),
-    Measure("rtt", _rtt, QEMU_PER_OP, lambda row: row[QEMU_PER_OP], higher_is_better=True),
-)
+MEASURES = measures()
 
 #: a step between releases smaller than this is marked small in the changes list: with few rounds,
 #: a chance ordering of the rounds, not the server, is the likelier cause

@@ -86,7 +86,7 @@ class CpuSplit:
 
 CPU_COLUMNS = ["QEMU CPU %", "harness CPU %"]
 #: ``bench rtt``'s column of :meth:`CpuSplit.qemu_per_op`, shown per variant when compared
-QEMU_PER_OP = "QEMU CPU µs/op"
+from harness.tools.bench.registry import QEMU_PER_OP as QEMU_PER_OP  # noqa: E402
 
 
 def rate(seconds: float, step: Callable[[], int], cpu: CpuSplit) -> tuple[int, float]:
