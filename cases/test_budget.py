@@ -17,13 +17,13 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from fixtures.batches import in_batches
 from fixtures.case_path import case_path
 from fixtures.place import Place
+from fixtures.pool import Device
 from harness.p9 import wire
 from harness.p9.messages import Rlerror, Rreaddir, Tclunk, Tlopen, Treaddir, Twalk, Txattrcreate
 from harness.p9.session import Session
@@ -64,7 +64,7 @@ def clones(p9: Session, fid: int, first: int, count: int) -> list[int]:
     "default: 693b296b17)",
 )
 @case_path("budget/xattr_fids", backends=["local"])
-def test_xattr_fids_pin_bounded_memory(place: Place, device: Any) -> None:
+def test_xattr_fids_pin_bounded_memory(place: Place, device: Device) -> None:
     """4096 fids each announce a 64 KiB xattr value and never write it. Bound: what the default
     max_xattr lets a client hold (1024 values of 64 KiB: 64 MiB) plus SLACK; the fids past it are
     refused (ENOSPC). Everything is given back at Tclunk."""
@@ -89,7 +89,7 @@ def test_xattr_fids_pin_bounded_memory(place: Place, device: Any) -> None:
 @pytest.mark.slow
 @pytest.mark.fresh_qemu
 @case_path("budget/walked_fids", backends=["synth", "local"])
-def test_walked_fids_cost_little_and_all_of_it_comes_back(attached: Session, device: Any) -> None:
+def test_walked_fids_cost_little_and_all_of_it_comes_back(attached: Session, device: Device) -> None:
     """8192 fids walked (cloned) from the root, then clunked. Bound: 1 KiB of QEMU's memory per
     fid (a V9fsFidState and its path are ~200 bytes) plus SLACK; no host fd is held for a
     walked fid; after the clunks the fds are as before."""
@@ -115,7 +115,7 @@ OPEN_FIDS_NOFILE = 1024
 @pytest.mark.fresh_qemu
 @pytest.mark.rlimit_nofile(OPEN_FIDS_NOFILE)
 @case_path("budget/open_fids", backends=["local"])
-def test_open_fids_stay_within_the_fd_limit(place: Place, device: Any) -> None:
+def test_open_fids_stay_within_the_fd_limit(place: Place, device: Device) -> None:
     """Twice as many fids opened as QEMU may hold descriptors: 9pfs reclaims descriptors of idle
     fids, so QEMU's open fds never reach its RLIMIT_NOFILE; every fid still reads; after the
     clunks QEMU holds no more descriptors than before."""
@@ -168,7 +168,7 @@ def fill_with_links(directory: Path, names: set[str]) -> None:
     "encode the reply and marks the transport broken (CVE-2026-9238, 64c6c7e0df)",
 )
 @case_path("budget/readdir_count_above_buffer", backends=["local"])
-def test_readdir_count_above_the_reply_buffer(place: Place, device: Any) -> None:
+def test_readdir_count_above_the_reply_buffer(place: Place, device: Device) -> None:
     """A client negotiates a 1 MiB msize, then sends 32 Treaddirs of a 4,000-entry directory in one
     kick, each with count msize-11 and a 4 KiB reply buffer. Each is answered within its buffer
     (the first entries of the listing), QEMU stays up, and its high-water mark grows by no more

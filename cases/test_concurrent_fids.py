@@ -109,7 +109,7 @@ RECLAIM_FILES = 160
                       raises=ListingRaceSeen, reason=RENAME_LISTING_RACE)  # fmt: skip
 @case_path("concurrent/reclaim_under_renames/{kick}", backends=["local"], kick=["one_kick", "staggered"])
 def test_reads_and_renames_while_descriptors_are_reclaimed(
-    place: Place, device: Any, request: pytest.FixtureRequest, kick: str
+    place: Place, device: Device, request: pytest.FixtureRequest, kick: str
 ) -> None:
     """More open fids than QEMU keeps descriptors for (it reclaims the idle ones, walking its fid
     table, and reopens them by path when used), then reads of many of them, renames of some and a
@@ -173,7 +173,7 @@ def test_reads_and_renames_while_descriptors_are_reclaimed(
 
 @pytest.mark.needs_synth_tree
 @case_path("concurrent/clunk_while_blocked", backends=["synth"])
-def test_clunk_of_a_fid_with_a_blocked_request(attached: Session, device: Any) -> None:
+def test_clunk_of_a_fid_with_a_blocked_request(attached: Session, device: Device) -> None:
     """A fid clunked while a request on it is blocked in the server (a write to synth's FLUSH,
     which only a Tflush ends): the clunk is answered at once, the fid is gone for the requests
     after it (ENOENT), and the blocked write is still there to be flushed: its buffer comes back

@@ -21,6 +21,7 @@ from harness.p9.messages import Rlerror, Tmknod, Trenameat, Tsetattr
 from harness.p9.session import Session
 from harness.p9.wire import TMessage
 from harness.qemu import versions
+from harness.qemu.config import SECURITY_MODELS
 
 SPECIAL_FILE_WARNING = "9p: broken or compromised client detected; attempt to open special file"
 
@@ -97,7 +98,7 @@ def test_symlink_out_of_the_export(place: Place, security_model: str, target: st
 
 @pytest.mark.fresh_qemu  # QEMU warns once a process (warn_report_once): a shared one may have already
 @case_path("security/special_file/{security_model}", backends=["local"],
-     security_model=["passthrough", "mapped-xattr", "mapped-file", "none"])  # fmt: skip
+     security_model=list(SECURITY_MODELS))  # fmt: skip
 def test_host_fifo_is_not_opened(place: Place, device: Device, security_model: str) -> None:
     """CVE-2023-2861: a FIFO that exists on the host inside the export is refused at Tlopen with
     ENXIO at once (no blocking open), and QEMU says a client is broken or compromised."""

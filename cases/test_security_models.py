@@ -21,8 +21,9 @@ from fixtures.place import Place
 from fixtures.pool import Device
 from harness.p9 import wire
 from harness.qemu import versions
+from harness.qemu.config import SECURITY_MODELS
 
-MODELS = ["passthrough", "mapped-xattr", "mapped-file", "none"]
+MODELS = list(SECURITY_MODELS)
 MULTIDEVS_WARNING = "9p: Multiple devices detected in same VirtFS export"
 
 

@@ -10,11 +10,13 @@ import os
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from harness.errors import HarnessMisuse
 
-SecurityModel = Literal["mapped-xattr", "mapped-file", "passthrough", "none"]
+SecurityModel = Literal["passthrough", "mapped-xattr", "mapped-file", "none"]
+#: every security model QEMU's local backend has
+SECURITY_MODELS: tuple[SecurityModel, ...] = get_args(SecurityModel)
 Accel = Literal["qtest", "tcg"]
 #: the qdev id of the virtio-9p device (for device_del)
 DEVICE_ID = "v9p0"

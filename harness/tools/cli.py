@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError, ProvisionError
+from harness.qemu.config import SECURITY_MODELS
 
 
 def _add_qemu(sub: Any) -> None:
@@ -183,9 +184,7 @@ def _add_mount(sub: Any) -> None:
     mount.add_argument("--qemu-binary")
     mount.add_argument("--backend", choices=("local", "synth"), default="local")
     mount.add_argument("--export", help="the directory --backend local exports (default: a new empty one)")
-    mount.add_argument(
-        "--security-model", choices=("passthrough", "mapped-xattr", "mapped-file", "none"), default="passthrough"
-    )
+    mount.add_argument("--security-model", choices=SECURITY_MODELS, default="passthrough")
     mount.add_argument("--msize", type=int, default=512 << 10, help="the msize asked for (default 512 KiB)")
     mount.add_argument(
         "--trace-dir",
