@@ -15,7 +15,7 @@ from fixtures.case_path import case_path
 from fixtures.expect import expect_at_most, expect_device_error
 from fixtures.place import Place
 from fixtures.pool import Device
-from harness.errors import DeviceNeedsReset
+from harness.errors import DeviceNeedsReset, P9Rlerror
 from harness.p9 import wire
 from harness.p9.channel import VIRTIO_MSIZE_LIMIT, ChainLayout
 from harness.p9.messages import Tgetattr, Tread, Tversion, Twrite
@@ -78,13 +78,17 @@ def test_large_msize_in_pages(place: Place, transport: str, msize: int) -> None:
     full_circle(p9, place, PAGES)
 
 
-@pytest.mark.qemu_bug(
-    fixed_in=versions.MSIZE_CAP,
-    reason="Rversion echoes any msize; a full-msize request in 4 KiB pages then needs more than 1024 "
+#: QEMU before MSIZE_CAP grants any msize it is asked for
+MSIZE_UNCAPPED: dict[str, Any] = {
+    "fixed_in": versions.MSIZE_CAP,
+    "reason": "Rversion echoes any msize; a full-msize request in 4 KiB pages then needs more than 1024 "
     'descriptors ("virtio: too many write descriptors in indirect table"); upstream caps msize at '
     "the transport limit since 2026",
-    raises=(AssertionError, DeviceNeedsReset),
-)
+    "raises": (AssertionError, DeviceNeedsReset),
+}
+
+
+@pytest.mark.qemu_bug(**MSIZE_UNCAPPED)
 @case_path("msize/above_limit", backends=["local"], transport=["modern"])
 def test_msize_above_the_virtio_limit(place: Place, transport: str) -> None:
     """Asked for 8 MiB, the server grants at most 4,186,112, and a full-msize payload in pages then
@@ -96,6 +100,23 @@ def test_msize_above_the_virtio_limit(place: Place, transport: str) -> None:
     p9.attach(0)
     place.fid = p9.walk_fid(0, [place.host_path().name])
     full_circle(p9, place, PAGES)
+
+
+@pytest.mark.qemu_bug(
+    fixed_in=(),
+    reason="v9fs_version() reads msize into V9fsState's int32_t msize: an msize of 2^31 or more is negative "
+    'there, below P9_MIN_MSIZE, and refused with EMSGSIZE ("Client requested msize < minimum msize") where '
+    "the transport's limit would be granted",
+    raises=P9Rlerror,
+)
+@case_path("msize/largest/{msize}", backends=["synth"], transport=["modern"], msize=[1 << 31, 0xFFFFFFFF])
+def test_msize_largest(p9: Session, transport: str, msize: int) -> None:
+    """Asked for an msize past a signed 32-bit int, up to the largest a u32 holds, the server
+    grants at most the transport's limit, and the session then attaches."""
+    expect_at_most(p9.version(msize), "msize", VIRTIO_MSIZE_LIMIT)
+    fid = p9.new_fid()
+    assert p9.attach(fid).qid.type == wire.QTDIR
+    p9.clunk(fid)
 
 
 def reversion_place(place: Place, msize: int) -> int:

@@ -27,7 +27,7 @@ def test_version_basic(p9: Session) -> None:
     assert reply.message == Rversion(msize=8192, version="9P2000.L")
 
 
-@case_path("version/msize_refused/{msize}", backends=["synth"], msize=[0, 7, 4095])
+@case_path("version/msize_refused/{msize}", backends=["synth"], msize=[0, 1, 7, 4095])
 def test_msize_below_minimum(p9: Session, device: Device, msize: int) -> None:
     """QEMU refuses msize < 4096 (P9_MIN_MSIZE) with Rlerror EMSGSIZE and says so once on stderr."""
     mark = device.machine.output_mark()
