@@ -78,17 +78,13 @@ def test_large_msize_in_pages(place: Place, transport: str, msize: int) -> None:
     full_circle(p9, place, PAGES)
 
 
-#: QEMU before MSIZE_CAP grants any msize it is asked for
-MSIZE_UNCAPPED: dict[str, Any] = {
-    "fixed_in": versions.MSIZE_CAP,
-    "reason": "Rversion echoes any msize; a full-msize request in 4 KiB pages then needs more than 1024 "
+@pytest.mark.qemu_bug(
+    fixed_in=versions.MSIZE_CAP,
+    reason="Rversion echoes any msize; a full-msize request in 4 KiB pages then needs more than 1024 "
     'descriptors ("virtio: too many write descriptors in indirect table"); upstream caps msize at '
     "the transport limit since 2026",
-    "raises": (AssertionError, DeviceNeedsReset),
-}
-
-
-@pytest.mark.qemu_bug(**MSIZE_UNCAPPED)
+    raises=(AssertionError, DeviceNeedsReset),
+)
 @case_path("msize/above_limit", backends=["local"], transport=["modern"])
 def test_msize_above_the_virtio_limit(place: Place, transport: str) -> None:
     """Asked for 8 MiB, the server grants at most 4,186,112, and a full-msize payload in pages then
@@ -108,6 +104,7 @@ def test_msize_above_the_virtio_limit(place: Place, transport: str) -> None:
     'there, below P9_MIN_MSIZE, and refused with EMSGSIZE ("Client requested msize < minimum msize") where '
     "the transport's limit would be granted",
     raises=P9Rlerror,
+    upstream="msize-sign",
 )
 @case_path("msize/largest/{msize}", backends=["synth"], transport=["modern"], msize=[1 << 31, 0xFFFFFFFF])
 def test_msize_largest(p9: Session, transport: str, msize: int) -> None:

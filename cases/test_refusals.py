@@ -30,7 +30,7 @@ from harness.p9.messages import (
 )
 from harness.qemu import versions
 
-#: 9P2000.L: name -> the request and its errno
+#: 9P2000.L: name -> the request (its errno: the model's)
 REFUSED_DOTL: dict[str, Refusal] = {
     "walk/unknown_fid": Refusal(lambda t: Twalk(fid=UNKNOWN, newfid=FREE, wnames=["f"])),
     "walk/newfid_in_use": Refusal(lambda t: Twalk(fid=t.dir, newfid=0, wnames=["f"])),

@@ -9,9 +9,11 @@ no fid.
 ``states/{state}/{op}/{security_model}`` are a few states a case each (the fid never made,
 clunked, on a file, open, an xattr fid, the file removed through 9P or on the host, open and
 removed on the host, replaced by a directory on the host, on a directory, a symlink, a FIFO, the
-export root); ``states/every/{op}/{security_model}`` runs every other state of the product in one
-case (the cheap mode); ``--full-matrix`` makes every cell a case of its own. The cells of the
-product that cannot exist are listed with why (docs/matrices.md).
+export root); ``states/every/{group}/{security_model}`` runs every other state of the product in one
+case (the cheap mode); ``--full-matrix`` makes every cell a case of its own.
+``states/every/dotu/{group}/{security_model}`` runs 9P2000.u's requests in every state, in the cheap
+mode either way. The cells of the product that cannot exist are listed with why (docs/matrices.md)
+and built as claims by ``states/excluded/{security_model}``.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ DOTU_OPS = fid_ops(wire.DOTU)
 
 
 @case_path("states/every/dotu/{group}/{security_model}", backends=["local"], dialect=[wire.DOTU],
-           group=Shown(GROUPS, []), security_model=list(MODELS))  # fmt: skip
+           group=Shown(GROUPS, GROUPS), security_model=list(MODELS))  # fmt: skip
 def test_every_state_dotu(mirror: Mirror, place: Place, qemu_under_test: QemuUnderTest, dialect: str, group: str,
                           security_model: str, pytestconfig: pytest.Config) -> None:  # fmt: skip
     """9P2000.u's requests on a fid in every state of the group, in the cheap mode."""

@@ -8,7 +8,7 @@ python -m harness bench readdir [--qemu B ...]    Treaddir latency, synth and la
 python -m harness bench io [--qemu B ...]         Twrite then Tread of a large file against msize
 python -m harness bench rtt [--qemu B ...]        qtest and 9P round trips per second
 python -m harness bench lock [--qemu B ...]       a Trenameat alone and beside a Treaddir collecting
-python -m harness bench releases [--qemu B ...]   readdir, io and rtt across QEMU releases, interleaved
+python -m harness bench releases [--qemu B ...]   the registry's measures across QEMU releases, interleaved
 python -m harness bench bisect-step ...           one `git bisect run` step over a speed change
 python -m harness bench suite [--whole]           our pytest run against QEMU's qos-test
 (the benches are harness/tools/bench/registry.py's entries; `bench NAME --help` for each)
@@ -90,7 +90,9 @@ def _add_bench(sub: Any) -> None:
         common(parser)
         entry.options(parser)
     releases = bench_sub.add_parser(
-        "releases", help="readdir, io and rtt over several QEMUs (every cached build, or --qemu ...), interleaved"
+        "releases",
+        help=f"{', '.join(m.name for m in measures())} over several QEMUs (every cached build, or --qemu ...), "
+        "interleaved",
     )
     idle(releases)
     releases.add_argument("--qemu", action="append", help="a binary to measure (repeat); default: every cached build")

@@ -86,8 +86,9 @@ def load(steal: Steal) -> str:
 
 
 class Run:
-    """One ``bench rtt|readdir|io``: ``variants`` measured ``rounds`` times, interleaved (round 1 of
-    every variant, then round 2, ...) so that a machine's drift hits them alike. A variant that fails
+    """One ``bench NAME`` (harness/tools/bench/registry.py): ``variants`` measured ``rounds`` times,
+    interleaved (round 1 of every variant, then round 2, ...) so that a machine's drift hits them
+    alike. A variant that fails
     loses no other variant's results; the host's steal is counted from the run's start."""
 
     def __init__(self, variants: Sequence[Variant], rounds: int, steal: Steal | None = None) -> None:
