@@ -6,19 +6,24 @@ DEVICE_NEEDS_RESET (0x40) on the modern interface; the legacy one has no such bi
 
 from __future__ import annotations
 
+import itertools
 import os
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
+import synth_tree
 from fixtures.case_path import case_path
 from fixtures.expect import expect_device_error
 from fixtures.place import Place
 from fixtures.pool import Device
 from harness.errors import RingFull
-from harness.p9 import wire
+from harness.p9 import malformed, wire
 from harness.p9.channel import ChainLayout
-from harness.p9.messages import Rgetattr, Rread, Tgetattr, Tread, Twrite
+from harness.p9.messages import Rgetattr, Rlerror, Rread, Tgetattr, Tread, Tstatfs, Twalk, Twrite, Txattrwalk
 from harness.p9.session import Pending, Session
+from harness.p9.wire import TMessage
 from harness.virtio.virtqueue import VIRTQUEUE_MAX_SIZE, Buffer
 
 TRANSPORTS = ["modern", "legacy"]
@@ -149,3 +154,82 @@ def test_looped_chain(attached: Session, device: Device, transport: str) -> None
         "too many write descriptors" if full else "Looped descriptor",
         transport == "modern",
     )
+
+
+# -- buffer boundaries --------------------------------------------------------------------------
+
+#: the request the reply-buffer boundaries are measured on, and its reply's length (Rgetattr's
+#: fields are all fixed-width: its length is the same for every node)
+GETATTR = Tgetattr(fid=0, request_mask=wire.GETATTR_BASIC)
+RGETATTR_LEN = len(wire.encode(Rgetattr(valid=0, qid=wire.Qid(0, 0, 0), mode=0, uid=0, gid=0, nlink=0, rdev=0,
+                                        size=0, blksize=0, blocks=0, atime_sec=0, atime_nsec=0, mtime_sec=0,
+                                        mtime_nsec=0, ctime_sec=0, ctime_nsec=0, btime_sec=0, btime_nsec=0,
+                                        gen=0, data_version=0), 0))  # fmt: skip
+#: a reply buffer of each size that turns QEMU's code: none at all, 1, one short of the 9P header,
+#: the header, one past it, one short of the reply, and the reply
+REPLY_BUFFERS = {"none": 0, "1": 1, "header-1": wire.HEADER_SIZE - 1, "header": wire.HEADER_SIZE,
+                 "header+1": wire.HEADER_SIZE + 1, "reply-1": RGETATTR_LEN - 1, "reply": RGETATTR_LEN}  # fmt: skip
+
+
+@case_path("chains/{transport}/reply_buffer/{size}", backends=["synth"], transport=TRANSPORTS, size=list(REPLY_BUFFERS))
+def test_reply_buffer_sizes(attached: Session, device: Device, transport: str, size: str) -> None:
+    """A Tgetattr with a reply buffer of each size: below the 9P header QEMU refuses the request
+    ("without space for the reply"), from the header to one byte short of the reply it cannot
+    encode the reply (a device error either way, never a cut reply), and the whole reply fits."""
+    p9 = attached
+    capacity = REPLY_BUFFERS[size]
+    if capacity == RGETATTR_LEN:
+        reply = p9.send(GETATTR, reply_capacity=capacity).wait()
+        assert isinstance(reply.message, Rgetattr) and reply.used_len == RGETATTR_LEN
+        return
+    line = ("The guest sent a VirtFS request without space for the reply" if capacity < wire.HEADER_SIZE
+            else f"Failed to encode VirtFS reply type {Rgetattr.TYPE}")  # fmt: skip
+    expect_device_error(p9, device, lambda: p9.send(GETATTR, reply_capacity=capacity), line, transport == "modern")
+
+
+#: a request buffer of each size short of the 9P header (none at all: chains/zero_sized; a body cut
+#: at each field: malformed/<message>/cut_before_<field>)
+REQUEST_BUFFERS = {"1": 1, "header-1": wire.HEADER_SIZE - 1}
+
+
+@case_path("chains/{transport}/request_buffer/{size}", backends=["synth"], transport=TRANSPORTS,
+           size=list(REQUEST_BUFFERS))  # fmt: skip
+def test_request_buffer_sizes(attached: Session, device: Device, transport: str, size: str) -> None:
+    """A request of fewer bytes than the 9P header: QEMU refuses it ("header size is N, should be
+    7"), a device error, not a request read past its end."""
+    p9 = attached
+    cut = wire.encode(GETATTR, 1)[: REQUEST_BUFFERS[size]]
+    line = f"The guest sent a malformed VirtFS request: header size is {len(cut)}, should be 7"
+    expect_device_error(p9, device, lambda: p9.send_raw(cut, reply_capacity=RGETATTR_LEN), line, transport == "modern")
+
+
+#: reading requests on the synth root, each sent whole and then split into a descriptor per field
+SPLIT: dict[str, Callable[[Session], TMessage[Any]]] = {
+    "Tgetattr": lambda p9: GETATTR,
+    "Tstatfs": lambda p9: Tstatfs(fid=0),
+    "Twalk": lambda p9: Twalk(fid=0, newfid=p9.new_fid(), wnames=[synth_tree.ROOT.children[0].name]),
+    "Txattrwalk": lambda p9: Txattrwalk(fid=0, newfid=p9.new_fid(), name=""),
+}
+
+
+def field_segments(request: TMessage[Any]) -> tuple[int, ...]:
+    """The sizes of a frame's fields, header ones too (size, type, tag), but the last's: a chain
+    that puts each field in a descriptor of its own."""
+    body = [offset for _, offset in malformed.field_boundaries(type(request).codec(), vars(request))]
+    starts = [0, 4, 5, wire.HEADER_SIZE, *(wire.HEADER_SIZE + at for at in body[1:])]
+    return tuple(b - a for a, b in itertools.pairwise(starts))
+
+
+@case_path("chains/{transport}/split_at_every_field/{message}", backends=["synth"], transport=TRANSPORTS,
+           message=list(SPLIT))  # fmt: skip
+def test_split_at_every_field(attached: Session, transport: str, message: str) -> None:
+    """A request whose every field (the header's size, type and tag too) is a descriptor of its
+    own is answered as the same request in one descriptor."""
+    p9 = attached
+    first, second = SPLIT[message](p9), SPLIT[message](p9)
+    whole = p9.send(first).wait().message
+    split = p9.send(second, layout=ChainLayout(out_segments=field_segments(second))).wait().message
+    assert split == whole
+    for request in (first, second):  # a newfid the answer made
+        if not isinstance(whole, Rlerror) and isinstance(newfid := getattr(request, "newfid", None), int):
+            p9.clunk(newfid)

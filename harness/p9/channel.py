@@ -89,7 +89,8 @@ class ChainLayout:
                 offset += size
         chain.append(Buffer(out_addr + offset, out_len - offset))
         step = self.in_segment or in_len
-        chain += [Buffer(in_addr + at, min(step, in_len - at), writable=True) for at in range(0, in_len, step)]
+        if in_len:  # a reply buffer of no bytes is no descriptor at all
+            chain += [Buffer(in_addr + at, min(step, in_len - at), writable=True) for at in range(0, in_len, step)]
         return chain
 
 
