@@ -108,7 +108,7 @@ def test_cases_on_the_packaged_binary_skip_what_needs_the_synth_tree() -> None:
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert "no qtest accelerator, so QEMU built no synth test tree" in run.stdout
-    assert run.stdout.strip().splitlines()[-1].startswith("9 passed, 1 skipped")
+    assert run.stdout.strip().splitlines()[-1].startswith("10 passed, 1 skipped")
 
 
 def test_a_short_qemu_run_dies_with_the_harness(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
