@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import synth_tree
+from fixtures.answers import answer_of
 from fixtures.case_path import case_path
 from fixtures.expect import expect_device_error
 from fixtures.place import Place
@@ -23,7 +24,7 @@ from harness.p9 import malformed, wire
 from harness.p9.channel import ChainLayout
 from harness.p9.messages import Rgetattr, Rlerror, Rread, Tgetattr, Tread, Tstatfs, Twalk, Twrite, Txattrwalk
 from harness.p9.session import Pending, Session
-from harness.p9.wire import TMessage
+from harness.p9.wire import Message, TMessage
 from harness.virtio.virtqueue import VIRTQUEUE_MAX_SIZE, Buffer
 
 TRANSPORTS = ["modern", "legacy"]
@@ -224,12 +225,20 @@ def field_segments(request: TMessage[Any]) -> tuple[int, ...]:
            message=list(SPLIT))  # fmt: skip
 def test_split_at_every_field(attached: Session, transport: str, message: str) -> None:
     """A request whose every field (the header's size, type and tag too) is a descriptor of its
-    own is answered as the same request in one descriptor."""
+    own is answered as the same request in one descriptor: the same answer (fixtures/answers.py)
+    and the same qids. Not byte for byte: 7.2.22's synth backend fills some Rstatfs and Rgetattr
+    fields from memory it never set, which differ between two replies."""
     p9 = attached
     first, second = SPLIT[message](p9), SPLIT[message](p9)
     whole = p9.send(first).wait().message
     split = p9.send(second, layout=ChainLayout(out_segments=field_segments(second))).wait().message
-    assert split == whole
+    assert essence(split) == essence(whole)
     for request in (first, second):  # a newfid the answer made
         if not isinstance(whole, Rlerror) and isinstance(newfid := getattr(request, "newfid", None), int):
             p9.clunk(newfid)
+
+
+def essence(reply: object) -> tuple[object, ...]:
+    """What a reply says that does not depend on memory the server never set: its answer and its qids."""
+    assert reply is None or isinstance(reply, Message)
+    return answer_of(reply), getattr(reply, "qid", None), getattr(reply, "qids", None)
