@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from fixtures.case_path import case_path
+from fixtures.deviations import WSTAT_SYNC_EMPTY_REPLY
 from fixtures.expect import UnexpectedReply, expect_an_error, expect_field, expect_rlerror
 from fixtures.place import Place
 from harness.errors import P9ProtocolError, P9Rlerror, QEMUExited
@@ -234,15 +235,7 @@ def test_wstat_cannot_change_the_type(place: Place, dialect: str) -> None:
     place.session.clunk(fid)
 
 
-@pytest.mark.qemu_bug(
-    fixed_in=(),
-    when={"opened": "open"},
-    reason="v9fs_wstat()'s sync path completes the request with v9fs_co_fsync()'s 0, the length of "
-    "no reply: QEMU returns the reply buffer empty (used length 0) instead of an Rwstat; Linux's "
-    "9P2000.u fsync is exactly this Twstat",
-    raises=P9ProtocolError,
-    upstream="wstat-sync-reply",
-)
+@pytest.mark.qemu_bug(**WSTAT_SYNC_EMPTY_REPLY, when={"opened": "open"}, raises=P9ProtocolError)
 @pytest.mark.qemu_bug(
     fixed_in=versions.FID_HANDLE_CHECK,
     when={"opened": "not_open"},
