@@ -31,7 +31,7 @@ from fixtures.pairs import PAIR_OPS, relation_of, set_up
 from fixtures.races import RaceLog
 from harness.p9 import wire
 from harness.p9.messages import Tlcreate, Tlopen, Tmkdir, Tread, Treaddir, Trenameat, Tunlinkat, Twalk, Twrite
-from harness.p9.wire import TMessage
+from harness.p9.wire import Request
 
 NAMES = ("a", "b", "c")
 #: a listing's count: every entry of a directory of the tree fits
@@ -57,7 +57,7 @@ class SessionAgainstModel(RuleBasedStateMachine):
         if self.pairs_dir is not None:
             self.expect(Tmkdir(dfid=mirror.fid, name=self.pairs_dir, mode=0o755, gid=0))
 
-    def expect(self, request: TMessage[Any]) -> Answer:
+    def expect(self, request: Request) -> Answer:
         """Send ``request``: its answer must be the model's (which the model then holds)."""
         want, got, _ = self.mirror.expect(request)
         assert got == want, f"{request}: answered {got!r}, the model says {want!r}"
@@ -165,7 +165,7 @@ class SessionAgainstModel(RuleBasedStateMachine):
         finally:
             self.mirror.clunk_all({0, self.mirror.fid})
 
-    def request(self, op: tuple[Any, ...]) -> TMessage[Any] | None:
+    def request(self, op: tuple[Any, ...]) -> Request | None:
         """The batch's request for a drawn ``op``, its fids walked first (None: a parent gone)."""
         kind = op[0]
         if kind == "walk":

@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
@@ -24,7 +23,7 @@ from harness.p9 import malformed, wire
 from harness.p9.channel import ChainLayout
 from harness.p9.messages import Rgetattr, Rlerror, Rread, Tgetattr, Tread, Tstatfs, Twalk, Twrite, Txattrwalk
 from harness.p9.session import Pending, Session
-from harness.p9.wire import Message, TMessage
+from harness.p9.wire import Message, Request
 from harness.virtio.virtqueue import VIRTQUEUE_MAX_SIZE, Buffer
 
 TRANSPORTS = ["modern", "legacy"]
@@ -205,7 +204,7 @@ def test_request_buffer_sizes(attached: Session, device: Device, transport: str,
 
 
 #: reading requests on the synth root, each sent whole and then split into a descriptor per field
-SPLIT: dict[str, Callable[[Session], TMessage[Any]]] = {
+SPLIT: dict[str, Callable[[Session], Request]] = {
     "Tgetattr": lambda p9: GETATTR,
     "Tstatfs": lambda p9: Tstatfs(fid=0),
     "Twalk": lambda p9: Twalk(fid=0, newfid=p9.new_fid(), wnames=[synth_tree.ROOT.children[0].name]),
@@ -213,7 +212,7 @@ SPLIT: dict[str, Callable[[Session], TMessage[Any]]] = {
 }
 
 
-def field_segments(request: TMessage[Any]) -> tuple[int, ...]:
+def field_segments(request: Request) -> tuple[int, ...]:
     """The sizes of a frame's fields, header ones too (size, type, tag), but the last's: a chain
     that puts each field in a descriptor of its own."""
     body = [offset for _, offset in malformed.field_boundaries(type(request).codec(), vars(request))]

@@ -18,7 +18,6 @@ import os
 import random
 import shutil
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
@@ -45,7 +44,7 @@ from harness.p9.messages import (
     Twalk,
     Txattrwalk,
 )
-from harness.p9.wire import TMessage
+from harness.p9.wire import Request
 
 CONTENT = b"concurrent content"
 CLONES = 3  # fids on the same path as the file's
@@ -73,12 +72,12 @@ class Fids:
         return self.mirror.session.new_fid()
 
 
-def _getattr_clone(n: int) -> Callable[[Fids], TMessage[Any]]:
+def _getattr_clone(n: int) -> Callable[[Fids], Request]:
     return lambda f: Tgetattr(fid=f.clones[n], request_mask=wire.GETATTR_BASIC)
 
 
 #: op -> the request, from the round's fids
-REQUESTS: dict[str, Callable[[Fids], TMessage[Any]]] = {
+REQUESTS: dict[str, Callable[[Fids], Request]] = {
     "walk_f": lambda f: Twalk(fid=f.dir, newfid=f.new(), wnames=["f"]),
     "walk_g": lambda f: Twalk(fid=f.dir, newfid=f.new(), wnames=["g"]),
     "getattr_file": lambda f: Tgetattr(fid=f.file, request_mask=wire.GETATTR_BASIC),
@@ -178,7 +177,7 @@ def test_listing_under_unlink(mirror: Mirror, device: Device, request: pytest.Fi
         mirror.rpc(Tlcreate(fid=made, name="c", flags=os.O_RDWR | os.O_CREAT | os.O_EXCL, mode=0o644, gid=0))
         mirror.clunk_all({0, mirror.fid})
         listing = mirror.opened(mirror.fid, [], os.O_RDONLY | os.O_DIRECTORY)
-        requests: list[TMessage[Any]] = [Tunlinkat(dirfd=mirror.fid, name="c", flags=0),
+        requests: list[Request] = [Tunlinkat(dirfd=mirror.fid, name="c", flags=0),
                                          Treaddir(fid=listing, offset=0, count=4000)]  # fmt: skip
         if random.Random(seed).random() < 0.5:
             requests.reverse()
@@ -202,7 +201,7 @@ def test_refused_renames_under_readers(mirror: Mirror, device: Device, request: 
 
 
 #: the requests of one name ``a`` made and removed
-NAME_REQUESTS: dict[str, Callable[[int], TMessage[Any]]] = {
+NAME_REQUESTS: dict[str, Callable[[int], Request]] = {
     "mkdir_a": lambda d: Tmkdir(dfid=d, name="a", mode=0o755, gid=0),
     "mkdir_a2": lambda d: Tmkdir(dfid=d, name="a", mode=0o700, gid=0),
     "symlink_a": lambda d: Tsymlink(fid=d, name="a", symtgt="t", gid=0),

@@ -12,7 +12,6 @@ import errno
 import os
 import random
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
@@ -49,10 +48,10 @@ from harness.p9.messages import (
     twstat,
 )  # fmt: skip
 from harness.p9.session import Session
-from harness.p9.wire import TMessage
+from harness.p9.wire import Request
 from harness.qemu import versions
 
-FID_REQUESTS: dict[str, Callable[[Session, int], TMessage[Any]]] = {
+FID_REQUESTS: dict[str, Callable[[Session, int], Request]] = {
     "read": lambda p9, fid: Tread(fid=fid, offset=0, count=100),
     "getattr": lambda p9, fid: Tgetattr(fid=fid, request_mask=wire.GETATTR_BASIC),
     "walk": lambda p9, fid: Twalk(fid=fid, newfid=p9.new_fid(), wnames=[]),
@@ -139,7 +138,7 @@ def test_reads_and_renames_while_descriptors_are_reclaimed(
         p9.lopen(listing, os.O_RDONLY | os.O_DIRECTORY)
         reads = rng.sample(range(RECLAIM_FILES), 39)
         renamed = set(rng.sample(range(RECLAIM_FILES), 20))
-        requests: list[TMessage[Any]] = [Tread(fid=opened[i], offset=0, count=64) for i in reads]
+        requests: list[Request] = [Tread(fid=opened[i], offset=0, count=64) for i in reads]
         requests += [Trenameat(olddirfid=place.fid, oldname=f"f{i}", newdirfid=place.fid, newname=f"g{i}")
                      for i in renamed]  # fmt: skip
         requests.append(Treaddir(fid=listing, offset=0, count=8000))
@@ -195,7 +194,7 @@ def test_clunk_of_a_fid_with_a_blocked_request(attached: Session, device: Device
 
 
 #: op -> the request, from the session, the directory's fid and the file's
-WSTAT_REQUESTS: dict[str, Callable[[Session, int, int], TMessage[Any]]] = {
+WSTAT_REQUESTS: dict[str, Callable[[Session, int, int], Request]] = {
     "wstat_rename": lambda p9, dir_fid, fid: twstat(fid, name="g"),
     "walk_f": lambda p9, dir_fid, fid: Twalk(fid=dir_fid, newfid=p9.new_fid(), wnames=["f"]),
     "walk_g": lambda p9, dir_fid, fid: Twalk(fid=dir_fid, newfid=p9.new_fid(), wnames=["g"]),

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
@@ -20,6 +19,7 @@ from harness.p9 import wire
 from harness.p9.channel import VIRTIO_MSIZE_LIMIT, ChainLayout
 from harness.p9.messages import Tgetattr, Tread, Tversion, Twrite
 from harness.p9.session import Pending, Session
+from harness.p9.wire import RMessage
 from harness.qemu import versions
 
 SIZES = [512 * 1024, 1 << 20, 2 << 20, VIRTIO_MSIZE_LIMIT]
@@ -131,7 +131,7 @@ def test_reply_larger_than_the_buffer(attached: Session, device: Device, transpo
     """A reply that does not fit the in-buffer the driver gave is a device error, not a truncated
     or overflowing reply: QEMU says which reply needed how much."""
     p9 = attached
-    send: Callable[[], Pending[Any]]
+    send: Callable[[], Pending[RMessage]]
     if message == "Tgetattr":
         send, line = (
             (lambda: p9.send(Tgetattr(fid=0, request_mask=wire.GETATTR_ALL), reply_capacity=64)),

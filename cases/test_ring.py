@@ -21,6 +21,7 @@ from harness.p9 import wire
 from harness.p9.channel import SIMPLE, ChainLayout
 from harness.p9.messages import Rflush, Rgetattr, Rwrite, Tflush, Tgetattr, Twrite
 from harness.p9.session import Pending, Session
+from harness.p9.wire import RMessage
 from harness.qemu.config import MachineConfig
 from harness.virtio.driver import DEFAULT_FEATURES
 from harness.virtio.virtio_pci import F_RING_EVENT_IDX
@@ -205,7 +206,7 @@ def test_ring_out_of_order(attached: Session, transport: str) -> None:
     p9 = attached
     fid, (write,) = block(p9, 1, SIMPLE)
     fast = [p9.send(Tgetattr(fid=0, request_mask=wire.GETATTR_BASIC)) for _ in range(8)]
-    everything: list[Pending[Any]] = [write, *fast]
+    everything: list[Pending[RMessage]] = [write, *fast]
     assert len({p.head for p in everything}) == len({p.tag for p in everything}) == 9
     replies = [p.wait() for p in fast]
     for pending, reply in zip(fast, replies, strict=True):

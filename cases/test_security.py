@@ -19,7 +19,7 @@ from harness.errors import P9Rlerror
 from harness.p9 import wire
 from harness.p9.messages import Rlerror, Tmknod, Trenameat, Tsetattr
 from harness.p9.session import Session
-from harness.p9.wire import TMessage
+from harness.p9.wire import Request
 from harness.qemu import versions
 from harness.qemu.config import SECURITY_MODELS
 
@@ -189,7 +189,7 @@ def test_mapped_file_metadata_is_out_of_reach(place: Place, security_model: str,
     assert place.host_path("sub").is_dir()
 
 
-def empty_strings(message: type[TMessage[Any]], fid: int) -> TMessage[Any]:
+def empty_strings(message: type[Request], fid: int) -> Request:
     """``message`` with every string empty, every fid ``fid``, numbers 0, lists empty."""
     fields: dict[str, Any] = {}
     for name, codec in wire.field_codecs(message).items():

@@ -14,7 +14,7 @@ from fixtures.devices import QemuUnderTest
 from harness.p9 import wire
 from harness.p9.messages import Rflush, Tclunk, Tflush, Tgetattr, Tstatfs, Twalk, Twrite
 from harness.p9.session import Pending
-from harness.p9.wire import TMessage
+from harness.p9.wire import Request, RMessage
 from harness.qemu import provision
 from harness.qemu.config import SynthFs
 from harness.tools.connect import connect
@@ -28,14 +28,14 @@ def test_replies_reach_their_requests_in_any_order_of_waiting(qemu_under_test: Q
     config, _ = provision.usable_config(qemu_under_test.binary)
     with connect(config) as conn:
         session, fid, highest_tag = conn.session, 100, 0
-        unawaited: list[tuple[Any, Pending[Any]]] = []
+        unawaited: list[tuple[Any, Pending[RMessage]]] = []
         for _ in range(ROUNDS):
-            batch: list[tuple[Any, Pending[Any]]] = []
+            batch: list[tuple[Any, Pending[RMessage]]] = []
             with session.batch():
                 for _ in range(rng.randint(1, 6)):
                     kind = rng.randrange(3)
                     fid += kind == 1
-                    request: TMessage[Any] = (
+                    request: Request = (
                         Tgetattr(fid=0, request_mask=wire.GETATTR_BASIC), Twalk(fid=0, newfid=fid, wnames=[]),
                         Tstatfs(fid=0),
                     )[kind]  # fmt: skip
@@ -57,7 +57,7 @@ def test_replies_reach_their_requests_in_any_order_of_waiting(qemu_under_test: Q
         session.close()  # no tag, fid or completion left
 
 
-def _check(request: Any, pending: Pending[Any]) -> None:
+def _check(request: Any, pending: Pending[RMessage]) -> None:
     reply = pending.wait()
     assert type(reply.message) is request.reply_class(), (request, reply.message)
     assert wire.peek_header(reply.frame)[2] == pending.tag, (request, pending.tag, reply.frame[:7].hex())

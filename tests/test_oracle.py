@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import itertools
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from hypothesis import assume, given, settings
@@ -23,7 +22,7 @@ from fixtures.pairs import CLONES, CONTENT, EXCLUDED, PAIR_OPS, PAIRS, round_mod
 from fixtures.races import CreateRaceSeen, KnownRaceSeen, ListingRaceSeen, RaceLog, SameFidRaceSeen, WalkRaceSeen
 from harness.p9 import wire
 from harness.p9.messages import Tclunk, Tgetattr, Tmkdir, Treaddir, Trenameat, Tsymlink, Tunlinkat, Twalk
-from harness.p9.wire import TMessage
+from harness.p9.wire import Request
 
 
 @dataclass
@@ -60,7 +59,7 @@ def test_answers_no_order_gives_are_refused() -> None:
         linearizations(ops, (0, 1), Register)
 
 
-def _round(ops: list[str]) -> tuple[list[TMessage[Any]], Export]:
+def _round(ops: list[str]) -> tuple[list[Request], Export]:
     model, fids = round_model()
     return [PAIR_OPS[op].request(fids) for op in ops], model
 

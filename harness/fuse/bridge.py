@@ -54,7 +54,7 @@ from harness.p9.messages import (
     Txattrwalk,
 )
 from harness.p9.session import Session
-from harness.p9.wire import Dirent, TMessage
+from harness.p9.wire import Dirent, Request
 
 log = logging.getLogger(__name__)
 Params = ParamSpec("Params")
@@ -266,7 +266,7 @@ class Bridge(pyfuse3.Operations):
         return os.fsencode(self.session.rpc(Treadlink(fid=self.node(inode).fid)).target)
 
     def create_node(
-        self, parent_inode: int, name: bytes, ctx: Context, request: Callable[[int, str, int, int], TMessage[Any]]
+        self, parent_inode: int, name: bytes, ctx: Context, request: Callable[[int, str, int, int], Request]
     ) -> Entry:
         """mknod, mkdir, symlink: ``request(fid, name, gid, setgid)`` through a fid of the caller's own
         attach (with the gid, and S_ISGID for a directory, create_gid gives), then the new node looked up."""

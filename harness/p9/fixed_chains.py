@@ -21,7 +21,7 @@ from harness.errors import DeviceError, P9ProtocolError
 from harness.p9 import wire
 from harness.p9.channel import SLEEP_SECONDS, SPIN_SECONDS, Channel
 from harness.p9.messages import Rlerror
-from harness.p9.wire import TMessage
+from harness.p9.wire import Request
 from harness.virtio.guestmem import align_up
 from harness.virtio.virtqueue import Buffer, Lease, UsedElem
 
@@ -34,7 +34,7 @@ _HEAD = struct.Struct("<IBH")
 
 def keep_in_flight(
     channel: Channel,
-    request: TMessage[Any],
+    request: Request,
     depth: int,
     seconds: float,
     timed: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,

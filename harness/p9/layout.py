@@ -203,7 +203,7 @@ OpenMode = Annotated[int, Int8ul, Role.FLAGS, OMODE_BITS]
 Perm = Annotated[int, Int32ul, Role.FLAGS, PERM_BITS]
 
 
-def python_type(message: type, field: str) -> Any:
+def python_type(message: type, field: str) -> object:
     """The Python type of a field: ``int`` for ``U32``, ``list[str]`` for ``Names``, the record's
     class for ``Qid``."""
     hint = _hints(message)[field]

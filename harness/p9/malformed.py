@@ -27,6 +27,7 @@ from harness.errors import DeviceNeedsReset, P9Timeout, QEMUExited, describe_sta
 from harness.p9 import wire
 from harness.p9.messages import Rlerror, Tflush, Twalk, Twrite
 from harness.p9.session import Pending, Session
+from harness.p9.wire import RMessage
 from harness.qemu import versions
 
 #: Where recorded outcomes live, one mapping per QEMU version.
@@ -193,7 +194,7 @@ def _walk_17_with_16_names() -> bytes:
     return walk[:15] + (17).to_bytes(2, "little") + walk[17:]
 
 
-def prepare(session: Session, entry: Malformed) -> Pending[Any] | None:
+def prepare(session: Session, entry: Malformed) -> Pending[RMessage] | None:
     """Bring a fresh session to the entry's state; start its blocker. Returns the blocker."""
     if entry.state in ("versioned", "attached"):
         session.version()
@@ -278,7 +279,7 @@ def record(version: str, outcomes: dict[str, str]) -> None:
     RECORDED.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
-def cleanup(session: Session, blocker: Pending[Any] | None, outcome: str) -> None:
+def cleanup(session: Session, blocker: Pending[RMessage] | None, outcome: str) -> None:
     """Free what the entry left in flight, when the device can still take a Tflush."""
     if blocker is not None and not device_lost(outcome):
         session.send(Tflush(oldtag=7)).wait()

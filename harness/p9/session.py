@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from harness.errors import HarnessError, LeakError, P9ProtocolError, P9Rlerror, P9StateError, P9Timeout
 from harness.p9 import wire
@@ -28,8 +28,10 @@ from harness.p9.messages import (
     Rattach,
     Rerror,
     Rlerror,
+    Rread,
     Rversion,
     Rwalk,
+    Rwrite,
     Tattach,
     Tclunk,
     Tread,
@@ -42,7 +44,7 @@ from harness.p9.messages import (
 from harness.p9.shorthands import DEFAULT_MSIZE as DEFAULT_MSIZE
 from harness.p9.shorthands import Shorthands
 from harness.p9.trace import BATCH_BEGIN, BATCH_END, Direction, Record, format_records
-from harness.p9.wire import Message, R, TMessage
+from harness.p9.wire import Message, R, Request, RMessage, TMessage
 from harness.virtio.guestmem import Regions, pieces
 
 log = logging.getLogger(__name__)
@@ -115,6 +117,10 @@ class Reply:
         return wire.peek_header(self.frame)[2] if self.used_len >= wire.HEADER_SIZE else None
 
 
+#: the replies of the two requests whose payload can stay in guest memory (send_resident)
+_Resident = TypeVar("_Resident", Rwrite, Rread)
+
+
 class Pending(Generic[R]):
     """A request on the ring.  ``result()`` waits for it and checks the reply."""
 
@@ -179,7 +185,7 @@ class Session(Shorthands):
         self.msize = 0
         self.version_string = ""
         self._fids: set[int] = set()
-        self._tags: dict[int, Pending[Any]] = {}
+        self._tags: dict[int, Pending[RMessage]] = {}
         self._next_fid = 0
         self.history: deque[Record] = deque(maxlen=HISTORY)
         #: called once, just before the next request goes out (call_before_next_send)
@@ -221,15 +227,17 @@ class Session(Shorthands):
         tag = self._tag_for(request, tag)
         return self._submit(request, wire.encode(request, tag), reply_capacity, layout)
 
-    def send_raw(self, frame: bytes, *, reply_capacity: int | None = None, layout: Any = None) -> Pending[Any]:
+    def send_raw(self, frame: bytes, *, reply_capacity: int | None = None, layout: Any = None) -> Pending[RMessage]:
         """Submit arbitrary bytes as one request (for malformed-input cases)."""
-        request: TMessage[Any] | None = None
+        request: Request | None = None
         with contextlib.suppress(P9ProtocolError):
             decoded = wire.decode(frame)
             request = decoded if isinstance(decoded, TMessage) else None
         return self._submit(request, frame, reply_capacity, layout)
 
-    def send_resident(self, request: Twrite | Tread, /, region: Regions, *, layout: Any = None) -> Pending[Any]:
+    def send_resident(
+        self, request: TMessage[_Resident], /, region: Regions, *, layout: Any = None
+    ) -> Pending[_Resident]:
         """A Twrite whose data is already in guest memory at ``region`` (give it ``data=b""``), or
         a Tread of ``region``'s length the server writes straight there: the payload never
         crosses the qtest socket (``bench io``'s data path). Several regions are a payload in
@@ -242,6 +250,7 @@ class Session(Shorthands):
         if isinstance(request, Twrite):
             frame = wire.encode_head(request, tag, length)
             return self._submit(request, frame, None, layout, note, out_tail=region)
+        assert isinstance(request, Tread), f"{request}: only a Twrite or a Tread has a resident payload"
         if request.count != length:
             raise P9StateError(f"{request}: count must be the region's length, {length}")
         return self._submit(request, wire.encode(request, tag), wire.RREAD_HEADER, layout, note, in_tail=region)
@@ -292,7 +301,7 @@ class Session(Shorthands):
             self._tags.setdefault(tag, pending)
         return pending
 
-    def _complete(self, pending: Pending[Any], timeout: float | None) -> Reply:
+    def _complete(self, pending: Pending[RMessage], timeout: float | None) -> Reply:
         limit = self.timeout if timeout is None else timeout
         try:
             completion = self.channel.wait(pending.handle, limit)
@@ -328,7 +337,7 @@ class Session(Shorthands):
             self._track(pending.request, message)
         return Reply(completion.used_len, frame, message, completion.order, completion.server_seconds)
 
-    def _track(self, request: TMessage[Any], reply: Message) -> None:
+    def _track(self, request: Request, reply: Message) -> None:
         """Keep the fid set and the session state in step with what the server did."""
         ok = not isinstance(reply, Rlerror | Rerror)
         match request:
@@ -346,7 +355,7 @@ class Session(Shorthands):
             case Tclunk() | Tremove():
                 self._fids.discard(request.fid)
 
-    def _tag_for(self, request: TMessage[Any], tag: int | None = None) -> int:
+    def _tag_for(self, request: Request, tag: int | None = None) -> int:
         """The tag a new request goes out with (Tversion NOTAG, others the lowest free one,
         unless given); a closed session sends nothing."""
         if self.state is State.CLOSED:

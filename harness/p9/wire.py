@@ -259,7 +259,9 @@ class RMessage(Message):
     """A reply."""
 
 
-R = TypeVar("R", bound=RMessage)
+#: covariant: a ``TMessage[Rwalk]`` is a request whose reply is an RMessage, so a table of
+#: requests of every kind is typed ``list[Request]``
+R = TypeVar("R", bound=RMessage, covariant=True)
 
 
 class TMessage(Message, Generic[R]):
@@ -271,6 +273,9 @@ class TMessage(Message, Generic[R]):
         assert issubclass(reply, RMessage)
         return reply
 
+
+#: a request of any kind
+Request = TMessage[RMessage]
 
 _MessageT = TypeVar("_MessageT", bound=Message)
 BY_TYPE: dict[int, type[Message]] = {}
@@ -345,7 +350,7 @@ def table() -> tuple[type[Message], ...]:
     return tuple(BY_TYPE[number] for number in sorted(BY_TYPE))
 
 
-def requests(dialect: str = DOTL) -> tuple[type[TMessage[Any]], ...]:
+def requests(dialect: str = DOTL) -> tuple[type[Request], ...]:
     """Every T-message a ``dialect`` client sends (by default 9P2000.L's: what the malformed
     catalogue, the REPL and the string cases cover), by type number."""
     return tuple(m for m in table() if issubclass(m, TMessage) and dialect in m.DIALECTS)
@@ -356,7 +361,7 @@ def field_codecs(cls: type[Message]) -> dict[str, Construct]:
     return {sub.name: sub.subcon for sub in cls.codec().subcons if sub.name}
 
 
-def request(name: str) -> type[TMessage[Any]]:
+def request(name: str) -> type[Request]:
     """The T-message class called ``name``."""
     cls = lookup(name)
     if not issubclass(cls, TMessage):

@@ -51,6 +51,7 @@ from harness.p9 import wire
 from harness.p9.messages import Rerror, Rlerror
 from harness.p9.session import Pending, Reply
 from harness.p9.trace import SUCCESS, Step, read_reproducer, restore_host
+from harness.p9.wire import RMessage
 from harness.qemu import provision
 from harness.qemu.config import FsConfig, LocalFs, MachineConfig, SynthFs
 from harness.tools.connect import Connection, connect
@@ -314,7 +315,7 @@ def _replay(path: Path, header: dict[str, str], steps: list[Step], config: Machi
 
 def _judge(conn: Connection, steps: list[Step], local: bool, recorded_death: str | None, timeout: float,
            race: bool = False) -> int:  # fmt: skip
-    deferred: list[tuple[int, Step, Pending[Any]]] = []
+    deferred: list[tuple[int, Step, Pending[RMessage]]] = []
     index = 0
     died = recorded_death is not None
     # the requests after the last reply a check judged are the case's clean-up, made because the
@@ -394,7 +395,7 @@ def _unjudgeable(header: dict[str, str], steps: list[Step]) -> str | None:
             f"pytest cases/ -k {name} --runxfail --qemu-binary B")  # fmt: skip
 
 
-def _reply(pending: Pending[Any], timeout: float) -> bytes | None:
+def _reply(pending: Pending[RMessage], timeout: float) -> bytes | None:
     try:
         reply: Reply = pending.wait(timeout)
     except HarnessError as err:

@@ -9,7 +9,6 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from harness.p9 import wire
 from harness.p9.channel import ChainLayout
@@ -17,7 +16,7 @@ from harness.p9.fixed_chains import REPLY_CAPACITY as LOAD_REPLY
 from harness.p9.fixed_chains import keep_in_flight
 from harness.p9.messages import Tclunk, Tgetattr, Tmkdir, Treaddir, Tstatfs, Tunlinkat, Twalk
 from harness.p9.session import Pending, Session
-from harness.p9.wire import TMessage
+from harness.p9.wire import Request, RMessage
 from harness.qemu.config import SynthFs
 from harness.qemu.machine import Machine
 from harness.tools.bench.report import Row, Table
@@ -37,9 +36,9 @@ class Slots:
     (one batch, one socket write) and takes every reply that has come, at least the oldest one's.
     An error reply raises: a sequence is built so that each of its requests succeeds in turn."""
 
-    def __init__(self, session: Session, sequences: Sequence[Iterator[TMessage[Any]]]) -> None:
+    def __init__(self, session: Session, sequences: Sequence[Iterator[Request]]) -> None:
         self.session, self.sequences = session, list(sequences)
-        self.pending: dict[int, Pending[Any]] = {}  # sequence -> its request in flight, oldest first
+        self.pending: dict[int, Pending[RMessage]] = {}  # sequence -> its request in flight, oldest first
 
     def step(self) -> int:
         with self.session.batch():
@@ -58,7 +57,7 @@ class Slots:
         self.pending = {}
 
 
-def getattrs(k: int) -> list[Iterator[TMessage[Any]]]:
+def getattrs(k: int) -> list[Iterator[Request]]:
     """``k`` sequences of Tgetattr on the root."""
     return [itertools.repeat(Tgetattr(fid=0, request_mask=wire.GETATTR_BASIC)) for _ in range(k)]
 
@@ -67,7 +66,7 @@ def getattrs(k: int) -> list[Iterator[TMessage[Any]]]:
 NAMESPACE_FIDS = 1 << 20
 
 
-def walks(k: int, first: int = 0) -> list[Iterator[TMessage[Any]]]:
+def walks(k: int, first: int = 0) -> list[Iterator[Request]]:
     """``k`` sequences of a Twalk of two names (``d``, ``x``) from the root to a fid of their own,
     and its Tclunk: what the rename lock around Twalk's lookups guards."""
     return [
@@ -76,7 +75,7 @@ def walks(k: int, first: int = 0) -> list[Iterator[TMessage[Any]]]:
     ]
 
 
-def creates(k: int, first: int = 0) -> list[Iterator[TMessage[Any]]]:
+def creates(k: int, first: int = 0) -> list[Iterator[Request]]:
     """``k`` sequences of a Tmkdir of a name of their own in the root and the Tunlinkat of it:
     what the rename lock's write side around a create and its read-back serialises."""
     return [
@@ -87,7 +86,7 @@ def creates(k: int, first: int = 0) -> list[Iterator[TMessage[Any]]]:
     ]
 
 
-def walks_and_creates(k: int, first: int = 0) -> list[Iterator[TMessage[Any]]]:
+def walks_and_creates(k: int, first: int = 0) -> list[Iterator[Request]]:
     """Half of ``k`` sequences walks, half creates: the two kinds contending for the lock."""
     return walks(k - k // 2, first) + creates(k // 2, first)
 
@@ -167,7 +166,7 @@ def rtt_table(
                 window.drain()
         listing = session.walk_fid(0, ["ReadDirDir"])
         session.lopen(listing, os.O_DIRECTORY)
-        kinds: list[tuple[str, TMessage[Any]]] = [
+        kinds: list[tuple[str, Request]] = [
             ("Tgetattr", Tgetattr(fid=0, request_mask=wire.GETATTR_BASIC)),
             ("Tstatfs", Tstatfs(fid=0)),
             ("Treaddir of 100 entries", Treaddir(fid=listing, offset=0, count=LOAD_REPLY - wire.RREADDIR_HEADER)),
