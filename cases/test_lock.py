@@ -9,7 +9,8 @@ import os
 import pytest
 
 from fixtures.case_path import case_path
-from fixtures.expect import expect_field, expect_rlerror
+from fixtures.deviations import LOCK_CONFLICT
+from fixtures.expect import FieldNotAsWanted, expect_field, expect_rlerror
 from fixtures.place import Place
 from fixtures.pool import Device
 from harness.errors import QEMUExited
@@ -50,12 +51,7 @@ def test_lock_and_unlock(place: Place) -> None:
         p9.clunk(fid)
 
 
-@pytest.mark.qemu_bug(
-    fixed_in=(),
-    reason="v9fs_lock() takes no lock on the host and answers every Tlock with SUCCESS, and "
-    "v9fs_getlock() always answers UNLCK: conflicting locks from two fids are both granted",
-    upstream="lock-conflict",
-)
+@pytest.mark.qemu_bug(**LOCK_CONFLICT, raises=FieldNotAsWanted)
 @case_path("lock/conflict", backends=["local"])
 def test_lock_conflict_between_fids(place: Place) -> None:
     """A write lock held through one fid: a conflicting Tlock through another is BLOCKED, and

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -289,3 +290,29 @@ def test_a_tree_gets_only_the_configure_flags_its_configure_takes(tmp_path: Path
     (tree / "scripts").mkdir()
     (tree / "scripts" / "meson-buildoptions.sh").write_text("")
     assert build.supported_flags(tree, wanted) == list(wanted)
+
+
+def test_a_plain_build_without_tcg_is_built_again(tmp_path: Path) -> None:
+    """A plain build stamped before builds got TCG is not found (the guest family needs TCG where
+    KVM does not work), so ``qemu build`` makes it again; a variant build (sanitizers, gcov) is
+    found without it: only qtest cases run on it."""
+    from harness.qemu import build
+
+    def made(name: str, variant: str, tcg: bool | None) -> None:
+        directory = tmp_path / name
+        directory.mkdir()
+        (directory / build.BINARY_NAME).write_text("")
+        stamp = {"version": "10.0.13", "origin": "debian:trixie", "variant": variant}
+        (directory / build.STAMP).write_text(json.dumps(stamp | ({} if tcg is None else {"tcg": tcg})))
+
+    made("qemu-10.0.13-debian-trixie", "", None)
+    made("qemu-debian-trixie-asan+ubsan", "asan+ubsan", False)
+    assert build.find_build("debian:trixie", tmp_path) is None
+    found = build.find_build("debian:trixie", tmp_path, "asan+ubsan")
+    assert found is not None and not found.tcg
+    (tmp_path / "qemu-10.0.13-debian-trixie" / build.STAMP).write_text(
+        json.dumps({"version": "10.0.13", "origin": "debian:trixie", "variant": "", "tcg": True})
+    )
+    found = build.find_build("debian:trixie", tmp_path)
+    assert found is not None and found.tcg and found.variant == ""
+    assert build.accel_flags("") == ("--enable-tcg",) and build.accel_flags("gcov") == ("--disable-tcg",)

@@ -1,7 +1,7 @@
 """Building qtest-capable QEMUs into the cache, one directory per origin.
 
 Debian's packaged ``qemu-system-x86`` has no qtest accelerator, so the harness builds
-``qemu-system-x86_64`` itself, TCG off, with QEMU's C ``qos-test`` beside it, from one of:
+``qemu-system-x86_64`` itself, with QEMU's C ``qos-test`` beside it, from one of:
 
 - ``debian:bookworm`` — QEMU 7.2 (Debian 12's source package)
 - ``debian:trixie`` — QEMU 10.0 LTS (Debian 13's source package, with its 9pfs backports)
@@ -45,10 +45,11 @@ BUILD_DEPS = (
     "libattr1-dev", "pkg-config", "python3-venv", "flex", "bison", "libfdt-dev", "zlib1g-dev", "dpkg-dev",
 )  # fmt: skip
 RUNTIME_DEPS = ("seabios", "qemu-system-data", "ipxe-qemu")  # ipxe-qemu: NIC ROMs for qos-test's machine
-#: TCG off is what makes the build take minutes, not a quarter of an hour; qtest does not need it.
 #: Newer trees: no downloads (subprojects come with the tree), no firmware blobs, no Rust.
+#: TCG (what a guest kernel runs on where KVM does not work, harness/guest) is added by
+#: :func:`accel_flags`: a variant build is for qtest cases only and leaves it out.
 CONFIGURE = (
-    "--target-list=x86_64-softmmu", "--disable-tcg", "--enable-kvm", "--enable-virtfs",
+    "--target-list=x86_64-softmmu", "--enable-kvm", "--enable-virtfs",
     "--without-default-features", "--enable-attr", "--enable-cap-ng", "--disable-docs", "--disable-tools",
     "--disable-werror", "--disable-download", "--disable-install-blobs", "--disable-rust",
 )  # fmt: skip
@@ -82,6 +83,8 @@ class Build:
     #: "" for a plain build, "gcov" for one with coverage counters (configure --enable-gcov),
     #: "asan", "ubsan", "asan+ubsan" or "tsan" for one with sanitizers (see :data:`VARIANTS`)
     variant: str = ""
+    #: built with TCG: a guest kernel can run on it (every plain build since the guest family)
+    tcg: bool = False
 
     @property
     def binary(self) -> Path:
@@ -106,7 +109,7 @@ def builds(root: Path) -> list[Build]:
             found.append(
                 Build(
                     stamp.parent, origin, data["version"], data.get("seconds", 0.0), data.get("key", ""),
-                    data.get("variant", ""),
+                    data.get("variant", ""), data.get("tcg", False),
                 )
             )  # fmt: skip
     return sorted(found, key=lambda b: b.directory.stat().st_mtime, reverse=True)
@@ -129,7 +132,7 @@ def find_build(origin: str, root: Path, variant: str = "") -> Build | None:
     """The cached build of ``origin`` (and ``variant``); for a source tree or tarball, one of its
     current contents, wherever it was built from (a copy of the same tarball elsewhere is the
     same build)."""
-    candidates = [b for b in builds(root) if b.variant == variant]
+    candidates = [b for b in builds(root) if b.variant == variant and (b.tcg or variant)]
     if origin.startswith("git:"):  # keyed by the commit, whichever clone it came from
         key = git_key(origin)
         return next((b for b in candidates if b.origin.startswith("git:") and b.key == key), None)
@@ -221,6 +224,13 @@ def sanitize_variant(kinds: str) -> str:
     return "+".join(sorted(chosen))
 
 
+def accel_flags(variant: str) -> tuple[str, ...]:
+    """TCG on in a plain build, so that a guest kernel can run on the QEMU under test (it adds
+    QEMU's x86 translator: docs/guest.md says what that costs); off in a variant build (gcov,
+    sanitizers), which only qtest cases run, where it would only add instrumented code."""
+    return ("--disable-tcg",) if variant else ("--enable-tcg",)
+
+
 def variant_flags(tree: Path, variant: str) -> list[str]:
     """The configure flags of ``variant`` this tree knows (a sanitizer variant falls back to 7.2's
     --enable-sanitizers)."""
@@ -265,7 +275,12 @@ def _build_fresh(origin: str, root: Path, with_qos_test: bool, variant: str) -> 
         with_qos_test = with_qos_test and versions.parse(version) >= QOS_TEST_FLOOR
         build_dir = work / "build"
         build_dir.mkdir()
-        flags = [*supported_flags(tree), *variant_flags(tree, variant), *_python_flag(tree, root, log)]
+        flags = [
+            *supported_flags(tree),
+            *supported_flags(tree, accel_flags(variant)),
+            *variant_flags(tree, variant),
+            *_python_flag(tree, root, log),
+        ]
         if "--without-default-features" not in flags:
             flags += supported_flags(tree, OLD_TREE_CONFIGURE) + git_tree.meson_flag(tree, root, log)
         env = {}
@@ -278,7 +293,8 @@ def _build_fresh(origin: str, root: Path, with_qos_test: bool, variant: str) -> 
             suppressions = tree / "tests" / "tsan" / "suppressions.tsan"
             if suppressions.is_file():
                 shutil.copy2(suppressions, work / TSAN_SUPPRESSIONS)
-        say(f"configure (QEMU {version}, TCG off, virtfs on{', ' + variant if variant else ''})")
+        tcg = not variant
+        say(f"configure (QEMU {version}, TCG {'on' if tcg else 'off'}, virtfs on{', ' + variant if variant else ''})")
         sh([str(tree / "configure"), *flags], log, cwd=build_dir, env=env)
         if (tree / "meson.build").exists():
             targets = [BINARY_NAME] + (["tests/qtest/qos-test"] if with_qos_test else [])
@@ -290,7 +306,7 @@ def _build_fresh(origin: str, root: Path, with_qos_test: bool, variant: str) -> 
             shutil.copy2(build_dir / "tests" / "qtest" / "qos-test", work / "qos-test")
         seconds = round(time.monotonic() - start, 1)
         stamp = {
-            "version": version, "origin": origin, "key": key, "variant": variant, "seconds": seconds,
+            "version": version, "origin": origin, "key": key, "variant": variant, "seconds": seconds, "tcg": tcg,
             "configure": flags,
         }  # fmt: skip
         (work / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
@@ -303,7 +319,7 @@ def _build_fresh(origin: str, root: Path, with_qos_test: bool, variant: str) -> 
         shutil.rmtree(work, ignore_errors=True)
         raise
     say(f"done in {seconds:.0f} s: {final / BINARY_NAME}")
-    return Build(final, origin, version, seconds, key, variant)
+    return Build(final, origin, version, seconds, key, variant, tcg)
 
 
 # -- a glib that TSan can see -------------------------------------------------------------------

@@ -181,13 +181,13 @@ class MachineConfig:
             "-qtest-log", "none",  # not "/dev/null": QEMU would still format every command and reply
             # QMP as a client of our socket; not -chardev + -mon, which QEMU 11.1 deprecates
             "-qmp", f"unix:{qmp_socket}",
-            "-fsdev", _options(self.fs.kind, self.fs.fsdev("fsdev0")),
-            "-device", _options("virtio-9p-pci", self.device_opts()),
+            "-fsdev", driver_options(self.fs.kind, self.fs.fsdev("fsdev0")),
+            "-device", driver_options("virtio-9p-pci", self.device_opts()),
         ]  # fmt: skip
         argv += ["-accel", "qtest"] if self.accel == "qtest" else ["-accel", "tcg", "-S"]
         return argv + list(self.extra_args)
 
 
-def _options(driver: str, opts: list[tuple[str, str]]) -> str:
+def driver_options(driver: str, opts: list[tuple[str, str]]) -> str:
     """QEMU's ``driver,key=value,...`` syntax; a comma inside a value is doubled."""
     return ",".join([driver, *(f"{key}={value.replace(',', ',,')}" for key, value in opts)])

@@ -196,6 +196,14 @@ def _add_mount(sub: Any) -> None:
     mount.add_argument("--trace-limit", type=int, help="with --trace-dir: keep only the last N messages")
 
 
+def _add_guest(sub: Any) -> None:
+    from harness.tools.guest import add_arguments
+
+    add_arguments(
+        sub.add_parser("guest", help="boot a Linux guest on the QEMU under test; run a command on a v9fs mount")
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every subcommand, one small function each (the tools themselves are imported when run:
     importing them all costs every ``python -m harness`` about a second)."""
@@ -217,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_matrix,
         _add_repl,
         _add_mount,
+        _add_guest,
     ):
         add(sub)
     return parser
@@ -283,6 +292,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             args.security_model, args.msize, Path(args.trace_dir) if args.trace_dir else None, args.trace_limit,
         )  # fmt: skip
         return run(options)
+    if args.command == "guest":
+        from harness.tools.guest import guest
+
+        return guest(args)
     if args.command == "matrix":
         from harness.qemu import build, versions
         from harness.tools.matrix import matrix as run_matrix

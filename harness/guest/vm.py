@@ -1,0 +1,315 @@
+"""One guest run: boot a kernel on the QEMU under test with the export as the cases configure
+it, mount it with v9fs, run a script, and hand back what the script printed, its status, the
+kernel's log and QEMU's v9fs trace (:class:`Run`).
+
+QEMU runs with TCG (KVM where it works: :func:`kvm_works`), dies with its parent, and is
+killed at the run's deadline; its directory of sockets, console and trace is removed at every
+exit. A script that outlives its deadline is reported as a timeout with the kernel's log (the
+guest powers off without unmounting: a hung v9fs mount cannot be)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from harness.errors import HarnessError, ProvisionError
+from harness.guest import initramfs
+from harness.guest.kernel import Kernel
+from harness.qemu import process
+from harness.qemu.config import DEVICE_ID, FsConfig, LocalFs, driver_options
+from harness.qemu.provision import FIRMWARE_DIRS
+
+Accel = Literal["auto", "kvm", "tcg"]
+#: the export's tag in the guest
+TAG = "v9p"
+#: where the guest mounts the export, and where it keeps a local filesystem to compare with
+EXPORT, LOCAL = "/mnt/export", "/tmp/local"
+#: guest RAM: the initramfs (~80 MB unpacked) and the page cache of a cache=loose mount
+RAM_MIB = 1024
+#: seconds from QEMU's start to the script's start that a run allows beyond its own deadline
+BOOT_ALLOWANCE = 90.0
+#: the trace events a run records (QEMU's hw/9pfs/trace-events)
+TRACE_EVENTS = "v9fs_*"
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A v9fs mount of the export at ``where`` with ``options`` (``mount -t 9p -o``)."""
+
+    where: str = EXPORT
+    version: Literal["9p2000.L", "9p2000.u"] = "9p2000.L"
+    cache: str = "none"
+    msize: int | None = None
+    access: str | None = None
+    posixacl: bool = False
+    extra: tuple[str, ...] = ()
+    #: the virtio-9p device it mounts: a mount of its own needs a device of its own (a v9fs
+    #: mount holds its virtio channel alone), each serving the same export
+    tag: str = TAG
+
+    def options(self) -> str:
+        opts = ["trans=virtio", f"version={self.version}", f"cache={self.cache}"]
+        opts += [f"msize={self.msize}"] if self.msize else []
+        opts += [f"access={self.access}"] if self.access else []
+        opts += ["posixacl"] if self.posixacl else []
+        return ",".join(opts + list(self.extra))
+
+
+@dataclass
+class Run:
+    """What a guest run showed. ``status`` None: the script outlived its deadline, or the guest
+    never ran it (``failures`` says why)."""
+
+    status: int | None
+    stdout: bytes
+    stderr: bytes
+    dmesg: str
+    trace: str
+    console: str
+    #: seconds from QEMU's start to the export mounted, and to the run's end
+    mounted_after: float | None
+    seconds: float
+    qemu_exit: int | None
+    accel: str
+    failures: list[str] = field(default_factory=list)
+    timed_out: bool = False
+    #: what the script said it was doing (``progress`` lines on the console), in order
+    progress: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return self.stdout.decode(errors="replace")
+
+    def explain(self) -> str:
+        """The run, for a failing case's message."""
+        lines = [f"status {self.status}, QEMU exit {self.qemu_exit}, {self.seconds:.1f} s ({self.accel})"]
+        lines += [f"guest: {failure}" for failure in self.failures]
+        if self.timed_out:
+            lines.append("the script outlived its deadline" + (f" in: {self.progress[-1]}" if self.progress else ""))
+        lines += ["--- stdout", self.text[-3000:], "--- stderr", self.stderr.decode(errors="replace")[-3000:]]
+        lines += ["--- kernel log (tail)", "\n".join(self.dmesg.splitlines()[-25:])]
+        if self.status is None and not self.dmesg:
+            lines += ["--- console (tail)", "\n".join(self.console.splitlines()[-25:])]
+        return "\n".join(lines)
+
+
+def accelerators(binary: Path) -> set[str]:
+    """The accelerators ``binary`` was built with (``-accel help``)."""
+    found = subprocess.run([str(binary), "-accel", "help"], capture_output=True, text=True, check=False, timeout=30)
+    return {line.strip() for line in found.stdout.splitlines()[1:] if line.strip()}
+
+
+def kvm_works(binary: Path, kernel: Kernel, cache: Path) -> bool:
+    """Whether a kernel runs under KVM on this machine with ``binary``: /dev/kvm opens and a boot
+    without a root filesystem gets as far as the kernel's panic. Some hosts abort QEMU setting an
+    MSR (0x10a) at the first vCPU run; the answer is kept per binary and kernel."""
+    if "kvm" not in accelerators(binary) or not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False
+    record = cache / "guest-kvm.json"
+    known: dict[str, bool] = {}
+    with contextlib.suppress(OSError, ValueError):
+        known = json.loads(record.read_text())
+    info = binary.stat()
+    key = f"{binary}:{info.st_size}:{info.st_mtime_ns}:{kernel.image}"
+    if key not in known:
+        argv = [str(binary), *_firmware(), "-machine", "pc", "-accel", "kvm", "-cpu", "host", "-m", "256M",
+                "-nodefaults", "-display", "none", "-no-reboot", "-serial", "stdio", "-kernel", str(kernel.image),
+                "-append", "console=ttyS0 panic=-1"]  # fmt: skip
+        try:
+            probe = subprocess.run(argv, capture_output=True, timeout=60, check=False, preexec_fn=_dies_with_us())
+            known[key] = probe.returncode == 0 and b"Kernel panic" in probe.stdout
+        except subprocess.TimeoutExpired:
+            known[key] = False
+        record.write_text(json.dumps(known, indent=1))
+    return known[key]
+
+
+def choose_accel(binary: Path, kernel: Kernel, cache: Path, wanted: Accel) -> str:
+    """``wanted``, or for ``auto`` KVM where it works and TCG elsewhere; a binary built without the
+    accelerator is refused, saying so."""
+    have = accelerators(binary)
+    if wanted == "auto":
+        wanted = "kvm" if kvm_works(binary, kernel, cache) else "tcg"
+    if wanted not in have:
+        raise ProvisionError(
+            f"{binary} has no {wanted.upper()} (its accelerators: {', '.join(sorted(have)) or 'none'}): a guest "
+            f"kernel cannot run on it. The harness's own builds have TCG (`python -m harness qemu build`)"
+        )
+    return wanted
+
+
+def _firmware() -> list[str]:
+    return [arg for directory in FIRMWARE_DIRS for arg in ("-L", str(directory))]
+
+
+def _dies_with_us() -> Callable[[], None]:
+    parent = os.getpid()
+    return lambda: process.die_with_parent(parent)
+
+
+def argv(
+    binary: Path,
+    kernel: Kernel,
+    initrd: Path,
+    fs: FsConfig,
+    accel: str,
+    workdir: Path,
+    trace: bool,
+    tags: Sequence[str] = (TAG,),
+) -> list[str]:
+    """QEMU's command line for a run: the export as the cases configure it (a device for each of
+    ``tags``, the first as the cases' ``v9p0``), the guest's console to a file."""
+    cpu = ["-cpu", "host"] if accel == "kvm" else ["-cpu", "max"]
+    args = [
+        str(binary), *_firmware(),
+        "-machine", "pc", "-accel", accel, *cpu, "-smp", "2", "-m", f"{RAM_MIB}M",
+        "-nodefaults", "-display", "none", "-no-reboot",
+        "-chardev", f"file,id=console,path={workdir / 'console'}", "-serial", "chardev:console",
+        "-kernel", str(kernel.image), "-initrd", str(initrd),
+        "-append", "console=ttyS0 loglevel=1 panic=-1 mitigations=off",
+    ]  # fmt: skip
+    for index, tag in enumerate(tags):
+        device = DEVICE_ID if index == 0 else f"v9p{index}"
+        args += ["-fsdev", driver_options(fs.kind, fs.fsdev(f"fsdev{index}"))]
+        args += [
+            "-device",
+            driver_options("virtio-9p-pci", [("id", device), ("fsdev", f"fsdev{index}"), ("mount_tag", tag)]),
+        ]
+    if trace:
+        args += ["-trace", f"enable={TRACE_EVENTS}", "-D", str(workdir / "trace")]
+    return args
+
+
+#: what every script can call: ``progress TEXT`` on the console as it runs (the rest of what it
+#: prints comes at the end)
+PRELUDE = 'progress() { echo "@@V9P-PROGRESS $*" > /dev/console; }\nexport -f progress\n'
+
+MARK = re.compile(r"^@@V9P-([A-Z]+) ?(.*)$")
+
+
+def parse_console(text: str) -> dict[str, list[str]]:
+    """The console's @@V9P lines: a block (STDOUT ... END) as its lines, a single line as its
+    argument; FAIL lines collected."""
+    found: dict[str, list[str]] = {"FAIL": [], "PROGRESS": []}
+    block: str | None = None
+    for raw in text.splitlines():
+        line = raw.rstrip("\r")
+        match = MARK.match(line)
+        if block is not None:
+            if match and match.group(1) == "END":
+                block = None
+            else:
+                found[block].append(line)
+            continue
+        if not match:
+            continue
+        name, rest = match.groups()
+        if name in ("STDOUT", "STDERR", "DMESG"):
+            block = name
+            found[name] = []
+        elif name in ("FAIL", "PROGRESS"):
+            found[name].append(rest)
+        else:
+            found[name] = [rest]
+    return found
+
+
+def _decoded(lines: list[str] | None) -> bytes:
+    if not lines:
+        return b""
+    try:
+        return base64.b64decode("".join(lines))
+    except ValueError as err:
+        raise HarnessError(f"the guest's console block did not decode ({err}): a kernel message inside it?") from err
+
+
+def run(
+    binary: Path,
+    kernel: Kernel,
+    fs: LocalFs,
+    script: str,
+    *,
+    cache: Path,
+    mounts: Sequence[Mount] = (Mount(),),
+    accel: Accel = "auto",
+    timeout: float = 120.0,
+    trace: bool = True,
+) -> Run:
+    """Boot, mount ``mounts`` of the export, run ``script`` (bash, cwd /tmp; the export at each
+    mount's ``where``, a tmpfs at /tmp/local; ``progress TEXT`` says on the console what it is
+    doing, for a run that hangs), and collect (see :class:`Run`)."""
+    chosen = choose_accel(binary, kernel, cache, accel)
+    image = initramfs.build(kernel, cache)
+    workdir = Path(tempfile.mkdtemp(prefix="v9p-guest-"))
+    process.LIVE_DIRS.add(workdir)
+    start = time.monotonic()
+    qemu: subprocess.Popen[bytes] | None = None
+    try:
+        extra = initramfs.run_archive({
+            "v9p/run.sh": (PRELUDE + script).encode(),
+            "v9p/mounts": "".join(f"{m.tag} {m.where} {m.options()}\n" for m in mounts).encode(),
+            "v9p/timeout": f"{int(timeout)}\n".encode(),
+        })  # fmt: skip
+        initrd = workdir / "initrd"
+        with open(initrd, "wb") as out, open(image.path, "rb") as base:
+            shutil.copyfileobj(base, out)
+            out.write(extra)
+        with open(workdir / "qemu.log", "wb") as log:
+            qemu = subprocess.Popen(
+                argv(binary, kernel, initrd, fs, chosen, workdir, trace, tuple(dict.fromkeys(m.tag for m in mounts))),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_dies_with_us(),
+            )  # fmt: skip
+            exit_status, mounted_after = _wait(qemu, workdir / "console", start, timeout + BOOT_ALLOWANCE)
+        seconds = time.monotonic() - start
+        console = (workdir / "console").read_text(errors="replace") if (workdir / "console").exists() else ""
+        marks = parse_console(console)
+        failures = marks["FAIL"]
+        if exit_status is None:
+            failures.append(f"QEMU still ran {timeout + BOOT_ALLOWANCE:.0f} s after its start: killed")
+        elif exit_status != 0:
+            failures.append(f"QEMU exited with status {exit_status}: {(workdir / 'qemu.log').read_text()[-1500:]}")
+        if "DONE" not in marks and exit_status is not None:
+            failures.append("the guest powered off before /init finished (a kernel panic? see the console)")
+        status = int(marks["STATUS"][0]) if "STATUS" in marks else None
+        trace_text = (workdir / "trace").read_text(errors="replace") if trace and (workdir / "trace").exists() else ""
+        return Run(
+            status=status, stdout=_decoded(marks.get("STDOUT")), stderr=_decoded(marks.get("STDERR")),
+            dmesg=_decoded(marks.get("DMESG")).decode(errors="replace"), trace=trace_text, console=console,
+            mounted_after=mounted_after,
+            seconds=seconds, qemu_exit=exit_status, accel=chosen, failures=failures, timed_out="TIMEOUT" in marks,
+            progress=marks["PROGRESS"],
+        )  # fmt: skip
+    finally:
+        if qemu is not None and qemu.poll() is None:
+            qemu.kill()
+            qemu.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+        process.LIVE_DIRS.discard(workdir)
+
+
+def _wait(qemu: subprocess.Popen[bytes], console: Path, start: float, limit: float) -> tuple[int | None, float | None]:
+    """QEMU's exit status (None: killed at ``limit`` seconds after ``start``), and when the guest
+    said it had mounted the export, on the host's clock (the console read as it grows)."""
+    mounted_after = None
+    while True:
+        status = qemu.poll()
+        if mounted_after is None and console.exists() and b"@@V9P-MOUNTED" in console.read_bytes():
+            mounted_after = time.monotonic() - start
+        if status is not None:
+            return status, mounted_after
+        if time.monotonic() - start > limit:
+            qemu.kill()
+            qemu.wait()
+            return None, mounted_after
+        time.sleep(0.05)
