@@ -12,13 +12,15 @@ from __future__ import annotations
 import pytest
 
 from fixtures.case_path import Shown, case_path
-from fixtures.deviations import LOCK_CONFLICT, WSTAT_SYNC_EMPTY_REPLY
+from fixtures.deviations import LOCK_CONFLICT, RECLAIM_O_TRUNC, WSTAT_SYNC_EMPTY_REPLY
 from fixtures.guest import BY_NAME, CONFIGS, FULL_CONFIGS, PROGRAMS, Boot, problems
 
 #: the programs that call fsync(2) (git's gc and commit-graph, sqlite's commits): on a 9P2000.u
 #: mount Linux sends it as a Twstat of "don't touch" values, which QEMU answers with no reply
 FSYNCS = ("git", "sqlite_journal", "sqlite_wal", "fsync")
-DOTU = tuple(c.name for c in FULL_CONFIGS if c.dialect == "9p2000.u")
+assert tuple(p.name for p in PROGRAMS if p.syncs) == FSYNCS
+DOTU = ("u-none", "u-loose", "u-mmap")
+assert tuple(c.name for c in FULL_CONFIGS if c.dialect == "9p2000.u") == DOTU
 
 
 def _dotl_only(program: str, config: str) -> bool:
@@ -27,6 +29,7 @@ def _dotl_only(program: str, config: str) -> bool:
 
 
 @pytest.mark.qemu_bug(**LOCK_CONFLICT, raises=AssertionError, when={"program": ("flock", "fcntl_lock")})
+@pytest.mark.qemu_bug(**RECLAIM_O_TRUNC, raises=AssertionError, when={"program": "reclaim", "config": ("u-none",)})
 @pytest.mark.qemu_bug(
     **WSTAT_SYNC_EMPTY_REPLY, raises=AssertionError, when={"program": FSYNCS, "config": DOTU},
 )  # fmt: skip

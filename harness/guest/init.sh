@@ -27,23 +27,29 @@ while read -r tag dir options; do
     fi
     mounted="$dir $mounted"
 done < /v9p/mounts
-# the guest's clock from the host's, as the server stamps a node it touches (the RTC gives whole
-# seconds, and a file the host stamps a moment "in the future" makes tar and make complain). A
-# 9P2000.u stat has whole seconds only: there, touch until the second turns, and take that moment.
+# the guest's clock from the host's, as the server stamps a node it makes (the RTC gives whole
+# seconds, and a file stamped a moment "in the future" makes tar and make complain). A 9P2000.u
+# stat has whole seconds only: there, make files until the second turns, and take that moment.
+# A read-only export keeps the RTC's time.
 first=$(head -n 1 /v9p/mounts | cut -d' ' -f2)
-clock="$first/.v9p-clock"
-if [ -n "$first" ] && touch "$clock" 2>/dev/null; then
-    stamp=$(/usr/bin/stat -c %.9Y "$clock")
-    if [ "${stamp#*.}" = 000000000 ]; then
-        start=${stamp%.*}
-        tries=0
-        while [ "${stamp%.*}" = "$start" ] && [ "$tries" -lt 2000 ]; do
-            touch "$clock"; stamp=$(/usr/bin/stat -c %.9Y "$clock"); tries=$((tries + 1))
-        done
-    fi
-    /usr/bin/date -s "@$stamp" > /dev/null
-    rm -f "$clock"
-fi
+[ -n "$first" ] && /usr/bin/python3 - "$first" <<'EOF'
+import os, sys, time
+def stamp(n):
+    path = os.path.join(sys.argv[1], f".v9p-clock-{n}")
+    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    made = os.stat(path).st_mtime_ns
+    os.unlink(path)
+    return made
+try:
+    now = stamp(0)
+    if now % 10**9 == 0:
+        second, tries = now, 1
+        while now == second and tries < 5000:
+            now, tries = stamp(tries), tries + 1
+    time.clock_settime_ns(time.CLOCK_REALTIME, now)
+except OSError:
+    pass
+EOF
 say MOUNTED "$(cut -d' ' -f1 /proc/uptime)"
 deadline=$(cat /v9p/timeout)
 cd /tmp

@@ -85,21 +85,21 @@ def depends(module: bytes) -> list[str]:
 
 
 def package_for(name: str) -> str:
-    """``6.1`` / ``6.12`` / a package name -> the concrete linux-image package to download."""
-    meta = SERIES.get(name, name)
-    if re.fullmatch(r"linux-image-\d[\w.+~-]*-amd64", meta) and "cloud" not in meta:
-        return meta
-    if "cloud" in meta:
+    """``6.1`` / ``6.12`` / a package name -> the concrete linux-image package to download (a meta
+    package, such as ``linux-image-amd64``, depends on the current one)."""
+    wanted = SERIES.get(name, name)
+    if "cloud" in wanted:
         raise ProvisionError(f"{name}: the -cloud-amd64 flavour has no 9p (CONFIG_NET_9P is not set)")
-    found = subprocess.run(["apt-cache", "depends", meta], capture_output=True, text=True, check=False)
-    for line in found.stdout.splitlines():
-        match = re.match(r"\s*Depends: (linux-image-\S+)", line)
-        if match:
-            return match.group(1)
-    raise ProvisionError(
-        f"{name}: apt knows no package {meta} (apt-cache depends said: {found.stderr.strip() or 'nothing'}); "
-        f"name one of {', '.join(SERIES)}, a linux-image-*-amd64 package, or --kernel PATH"
-    )
+    if not re.fullmatch(r"linux-image-[\w.+~-]+", wanted):
+        raise ProvisionError(f"{name}: name 6.1, 6.12, a linux-image-*-amd64 package, or a kernel image's path")
+    found = subprocess.run(["apt-cache", "depends", wanted], capture_output=True, text=True, check=False)
+    if found.returncode != 0 or not found.stdout.strip():
+        raise ProvisionError(
+            f"{name}: apt knows no package {wanted} ({found.stderr.strip() or 'no answer'}; `apt-get update` "
+            f"may be needed); name one of {', '.join(SERIES)}, a linux-image-*-amd64 package, or --kernel PATH"
+        )
+    meta = re.search(r"^\s*Depends: (linux-image-\S+)", found.stdout, re.M)
+    return meta.group(1) if meta else wanted
 
 
 def debian_kernel(name: str, cache: Path) -> Kernel:

@@ -86,6 +86,16 @@ class Run:
     timed_out: bool = False
     #: what the script said it was doing (``progress`` lines on the console), in order
     progress: list[str] = field(default_factory=list)
+    #: each console mark with the host's time and QEMU's CPU then (:class:`Moment`)
+    moments: list[Moment] = field(default_factory=list)
+    #: what QEMU printed (its warnings: a descriptor chain it refused ...)
+    qemu_log: str = ""
+
+    def between(self, first: str, last: str) -> tuple[float, float, float]:
+        """Seconds, vCPU CPU and other CPU from the progress mark ``first`` to ``last``."""
+        one = next(m for m in self.moments if m.mark == f"PROGRESS {first}")
+        two = next(m for m in self.moments if m.mark == f"PROGRESS {last}")
+        return two.seconds - one.seconds, two.vcpu_cpu - one.vcpu_cpu, two.other_cpu - one.other_cpu
 
     @property
     def text(self) -> str:
@@ -153,9 +163,9 @@ def _firmware() -> list[str]:
     return [arg for directory in FIRMWARE_DIRS for arg in ("-L", str(directory))]
 
 
-def _dies_with_us() -> Callable[[], None]:
+def _dies_with_us(nofile: int | None = None) -> Callable[[], None]:
     parent = os.getpid()
-    return lambda: process.die_with_parent(parent)
+    return lambda: process.die_with_parent(parent, nofile)
 
 
 def argv(
@@ -174,7 +184,7 @@ def argv(
     args = [
         str(binary), *_firmware(),
         "-machine", "pc", "-accel", accel, *cpu, "-smp", "2", "-m", f"{RAM_MIB}M",
-        "-nodefaults", "-display", "none", "-no-reboot",
+        "-nodefaults", "-display", "none", "-no-reboot", "-name", "v9p-guest,debug-threads=on",
         "-chardev", f"file,id=console,path={workdir / 'console'}", "-serial", "chardev:console",
         "-kernel", str(kernel.image), "-initrd", str(initrd),
         "-append", "console=ttyS0 loglevel=1 panic=-1 mitigations=off",
@@ -245,10 +255,12 @@ def run(
     accel: Accel = "auto",
     timeout: float = 120.0,
     trace: bool = True,
+    nofile: int | None = None,
 ) -> Run:
     """Boot, mount ``mounts`` of the export, run ``script`` (bash, cwd /tmp; the export at each
     mount's ``where``, a tmpfs at /tmp/local; ``progress TEXT`` says on the console what it is
-    doing, for a run that hangs), and collect (see :class:`Run`)."""
+    doing, for a run that hangs), and collect (see :class:`Run`). ``nofile``: QEMU's
+    RLIMIT_NOFILE, from which 9pfs sizes its descriptor budget (fids beyond it are reclaimed)."""
     chosen = choose_accel(binary, kernel, cache, accel)
     image = initramfs.build(kernel, cache)
     workdir = Path(tempfile.mkdtemp(prefix="v9p-guest-"))
@@ -268,9 +280,9 @@ def run(
         with open(workdir / "qemu.log", "wb") as log:
             qemu = subprocess.Popen(
                 argv(binary, kernel, initrd, fs, chosen, workdir, trace, tuple(dict.fromkeys(m.tag for m in mounts))),
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_dies_with_us(),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_dies_with_us(nofile),
             )  # fmt: skip
-            exit_status, mounted_after = _wait(qemu, workdir / "console", start, timeout + BOOT_ALLOWANCE)
+            exit_status, moments = _wait(qemu, workdir / "console", start, timeout + BOOT_ALLOWANCE)
         seconds = time.monotonic() - start
         console = (workdir / "console").read_text(errors="replace") if (workdir / "console").exists() else ""
         marks = parse_console(console)
@@ -286,7 +298,8 @@ def run(
         return Run(
             status=status, stdout=_decoded(marks.get("STDOUT")), stderr=_decoded(marks.get("STDERR")),
             dmesg=_decoded(marks.get("DMESG")).decode(errors="replace"), trace=trace_text, console=console,
-            mounted_after=mounted_after,
+            mounted_after=next((m.seconds for m in moments if m.mark.startswith("MOUNTED")), None),
+            moments=moments, qemu_log=(workdir / "qemu.log").read_text(errors="replace"),
             seconds=seconds, qemu_exit=exit_status, accel=chosen, failures=failures, timed_out="TIMEOUT" in marks,
             progress=marks["PROGRESS"],
         )  # fmt: skip
@@ -298,18 +311,52 @@ def run(
         process.LIVE_DIRS.discard(workdir)
 
 
-def _wait(qemu: subprocess.Popen[bytes], console: Path, start: float, limit: float) -> tuple[int | None, float | None]:
-    """QEMU's exit status (None: killed at ``limit`` seconds after ``start``), and when the guest
-    said it had mounted the export, on the host's clock (the console read as it grows)."""
-    mounted_after = None
+@dataclass(frozen=True)
+class Moment:
+    """A console mark as the host saw it: seconds since QEMU started, and QEMU's CPU seconds so
+    far, in its vCPU threads (the guest's own work under TCG) and in the rest (the main loop and
+    the worker threads, where the 9P server runs)."""
+
+    mark: str
+    seconds: float
+    vcpu_cpu: float
+    other_cpu: float
+
+
+def thread_cpu(pid: int) -> tuple[float, float]:
+    """QEMU's CPU seconds in its vCPU threads and in the rest (``-name debug-threads=on`` names
+    the vCPUs ``CPU n/TCG`` or ``CPU n/KVM``)."""
+    vcpu = other = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            head, tail = (task / "stat").read_text().rsplit(")", 1)
+            used = (int(tail.split()[11]) + int(tail.split()[12])) / tick
+            if head.split("(", 1)[1].startswith("CPU "):
+                vcpu += used
+            else:
+                other += used
+    return vcpu, other
+
+
+def _wait(qemu: subprocess.Popen[bytes], console: Path, start: float, limit: float) -> tuple[int | None, list[Moment]]:
+    """QEMU's exit status (None: killed at ``limit`` seconds after ``start``), and each mark the
+    guest printed (MOUNTED, PROGRESS ...) with when the host saw it (the console read as it grows)."""
+    moments: list[Moment] = []
+    seen = 0
     while True:
         status = qemu.poll()
-        if mounted_after is None and console.exists() and b"@@V9P-MOUNTED" in console.read_bytes():
-            mounted_after = time.monotonic() - start
+        if console.exists() and status is None:
+            text = console.read_bytes()
+            complete = text.rfind(b"\n") + 1  # a line still being written waits for its end
+            for line in text[seen:complete].decode(errors="replace").splitlines():
+                if line.startswith("@@V9P-") and not line.startswith("@@V9P-END"):
+                    moments.append(Moment(line[6:].rstrip("\r"), time.monotonic() - start, *thread_cpu(qemu.pid)))
+            seen = max(seen, complete)
         if status is not None:
-            return status, mounted_after
+            return status, moments
         if time.monotonic() - start > limit:
             qemu.kill()
             qemu.wait()
-            return None, mounted_after
+            return None, moments
         time.sleep(0.05)

@@ -34,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--access", help="v9fs access= (user, client, any, UID)")
     parser.add_argument("--posixacl", action="store_true")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds the command may take")
+    parser.add_argument("--nofile", type=int, help="QEMU's RLIMIT_NOFILE (9pfs reclaims descriptors past it, less 400)")
     parser.add_argument("--trace", help="write QEMU's v9fs trace events of the run to this file")
     parser.add_argument("--kernel-log", action="store_true", help="print the guest kernel's log too")
 
@@ -51,7 +52,7 @@ def guest(args: argparse.Namespace) -> int:
         export = Path(args.export) if args.export else Path(scratch)
         fs = LocalFs(export.absolute(), args.security_model, args.multidevs, args.readonly)
         run = vm.run(binary, kernel, fs, script, cache=cache, mounts=(mount,), accel=args.accel,
-                     timeout=args.timeout, trace=bool(args.trace))  # fmt: skip
+                     timeout=args.timeout, trace=bool(args.trace), nofile=args.nofile)  # fmt: skip
     sys.stdout.buffer.write(run.stdout)
     sys.stdout.flush()
     sys.stderr.buffer.write(run.stderr)

@@ -219,16 +219,19 @@ def table(bugs: list[KnownBug]) -> str:
 
 
 def _report(bug: KnownBug) -> str:
-    """What the fixed-in column says of a bug's report upstream: its pages, or that a bug no release
-    fixes has none yet."""
+    """What the fixed-in column says of a bug's page for QEMU's maintainers: its pages ("ready to
+    send": none has been sent; the page says so when one is), or that a bug no release fixes has
+    none yet."""
     if len(bug.upstream) == 1:
         name = bug.upstream[0]
         if not has_patch(name):
-            return f"; [reported, a limitation with no patch](upstream/{name}.md)"
-        return f"; [reported, with a patch](upstream/{name}.md)"
+            return f"; [page ready to send, no patch: the page says why](upstream/{name}.md)"
+        return f"; [page ready to send, with a patch](upstream/{name}.md)"
     if bug.upstream:
-        return "; reported, with patches: " + ", ".join(f"[{name}](upstream/{name}.md)" for name in bug.upstream)
-    return "; not reported yet" if not bug.fixed_in else ""
+        return "; pages ready to send, with patches: " + ", ".join(
+            f"[{name}](upstream/{name}.md)" for name in bug.upstream
+        )
+    return "; no page yet" if not bug.fixed_in else ""
 
 
 def has_patch(name: str) -> bool:
@@ -238,14 +241,15 @@ def has_patch(name: str) -> bool:
 
 
 def summary(bugs: list[KnownBug]) -> str:
-    """How many of the bugs no release fixes are reported upstream."""
+    """How many of the bugs no release fixes have a page for QEMU's maintainers (none is sent yet)."""
     unfixed = [bug for bug in bugs if not bug.fixed_in]
     reported = [bug for bug in unfixed if bug.upstream]
     patched = sum(1 for bug in reported if all(has_patch(name) for name in bug.upstream))
     return (
-        f"Of the {len(bugs)} rows below, {len(unfixed)} are bugs no release fixes: {len(reported)} reported "
-        f"upstream ({patched} with a patch, {len(reported) - patched} a limitation whose page says why there is "
-        f"none), {len(unfixed) - len(reported)} not reported yet (each says so).\n\n"
+        f"Of the {len(bugs)} rows below, {len(unfixed)} are bugs no release fixes: {len(reported)} have a page "
+        f"ready to send to QEMU's maintainers ({patched} with a patch, {len(reported) - patched} without one, "
+        f"the page saying why; no page has been sent yet), {len(unfixed) - len(reported)} "
+        f"{'has' if len(unfixed) - len(reported) == 1 else 'have'} no page yet (each says so).\n\n"
     )
 
 

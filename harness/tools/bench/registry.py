@@ -189,6 +189,29 @@ def _lock(args: argparse.Namespace, variant: Variant, export: Path | None) -> Ta
     return lock_table(variant, sizes, args.msize, 2 if args.quick else args.runs, export)
 
 
+# -- guest ---------------------------------------------------------------------------------------
+
+
+def _guest_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kernel", action="append", help="6.1, 6.12, a package or an image; repeat (default 6.1 6.12)")
+    parser.add_argument("--cache", action="append", help="v9fs cache modes; repeat (default none loose mmap)")
+    _many(parser, "--msize", "msize values (default 131072 524288 1048576 4194304)")
+    parser.add_argument("--files", type=int, default=1000, help="the workload's files (default 1000)")
+    _multidevs(parser)
+    _quick(parser, "kernel 6.1, cache=none, one msize, 100 files")
+
+
+def _guest(args: argparse.Namespace, variant: Variant, export: Path | None) -> Table:
+    from harness.tools.bench.guest import guest_table
+
+    if args.quick:
+        return guest_table(variant, ["6.1"], ["none"], [131072], 100)
+    return guest_table(
+        variant, args.kernel or ["6.1", "6.12"], args.cache or ["none", "loose", "mmap"],
+        args.msize or [131072, 512 << 10, 1 << 20, 4 << 20], args.files,
+    )  # fmt: skip
+
+
 #: the benches, in the order ``bench releases`` prints those it measures
 BENCHES = (
     Bench("readdir", "Treaddir latency on synth and on large local directories", _readdir_options, _readdir,
@@ -200,6 +223,7 @@ BENCHES = (
           measure=Measure("rtt", _rtt_measure, QEMU_PER_OP, lambda row: row[QEMU_PER_OP], higher_is_better=True)),
     Bench("lock", "a Trenameat's latency alone and beside a Treaddir collecting entries", _lock_options, _lock,
           export=True),
+    Bench("guest", "a Linux guest's boot, msize and a build-like workload on a v9fs mount", _guest_options, _guest),
 )  # fmt: skip
 
 

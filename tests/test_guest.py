@@ -1,0 +1,169 @@
+"""The guest layer (harness/guest) and the guest family's judging (fixtures/guest.py): the pieces
+on their own, and one real boot on the QEMU under test that hands back everything it promises
+and leaves nothing behind."""
+
+from __future__ import annotations
+
+import lzma
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures.devices import QemuUnderTest
+from fixtures.guest import Config, host_tree, normalised, parse
+from harness.errors import ProvisionError
+from harness.guest import initramfs, kernel, vm
+from harness.qemu.config import LocalFs
+from harness.qemu.provision import cache_root
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_console_blocks_and_lines_are_read_whatever_surrounds_them() -> None:
+    """Kernel lines outside the markers are ignored; a block is base64 up to END; FAIL and
+    PROGRESS lines are collected in order."""
+    console = "\n".join([
+        "[    1.0] a kernel line", "@@V9P-BOOTED 1.5", "@@V9P-FAIL insmod x: no", "@@V9P-PROGRESS one",
+        "@@V9P-STATUS 3", "@@V9P-STDOUT", "aGVs", "bG8K", "@@V9P-END", "[ 2.0] another", "@@V9P-PROGRESS two\r",
+        "@@V9P-DONE",
+    ])  # fmt: skip
+    marks = vm.parse_console(console)
+    assert marks["FAIL"] == ["insmod x: no"] and marks["PROGRESS"] == ["one", "two"]
+    assert marks["STATUS"] == ["3"] and "DONE" in marks
+    assert vm._decoded(marks["STDOUT"]) == b"hello\n"
+
+
+def test_module_order_follows_depends_and_unpacks_xz(tmp_path: Path) -> None:
+    """The modules a mount needs, each after what its modinfo's depends= names; a built-in one
+    (absent) is skipped; .ko.xz is unpacked."""
+    modules = tmp_path / "lib" / "modules" / "6.99.0"
+    (modules / "kernel").mkdir(parents=True)
+    deps = {"9p": "9pnet,netfs", "9pnet_virtio": "9pnet,virtio_ring", "9pnet": "", "netfs": "", "virtio_ring": ""}
+    for name, depends in deps.items():
+        body = b"\x7fELF junk\0license=GPL\0depends=" + depends.encode() + b"\0vermagic=6.99\0"
+        if name == "netfs":
+            (modules / "kernel" / f"{name}.ko.xz").write_bytes(lzma.compress(body))
+        else:
+            (modules / "kernel" / f"{name}.ko").write_bytes(body)
+    found = kernel.Kernel(tmp_path / "vmlinuz-6.99.0", "6.99.0", modules, "test")
+    names = [path.name for path in found.load_order()]
+    assert names.index("9pnet.ko") < names.index("9pnet_virtio.ko") and names.index("virtio_ring.ko") < names.index(
+        "9pnet_virtio.ko"
+    )
+    assert names.index("netfs.ko.xz") < names.index("9p.ko") and len(names) == len(set(names)) == 5
+    assert kernel.module_bytes(modules / "kernel" / "netfs.ko.xz").startswith(b"\x7fELF")
+
+
+def test_kernel_names_are_checked_before_anything_is_fetched(tmp_path: Path) -> None:
+    with pytest.raises(ProvisionError, match="no 9p"):
+        kernel.package_for("linux-image-6.1.0-57-cloud-amd64")
+    assert kernel.package_for("linux-image-6.1.0-57-amd64") == "linux-image-6.1.0-57-amd64"
+    with pytest.raises(ProvisionError, match="no such file"):
+        kernel.find_kernel(str(tmp_path / "bzImage"), tmp_path)
+
+
+def test_a_binary_without_tcg_or_kvm_is_refused_saying_which(tmp_path: Path) -> None:
+    fake = tmp_path / "qemu-system-x86_64"
+    fake.write_text('#!/bin/sh\nprintf "Accelerators supported in QEMU binary:\\nqtest\\n"\n')
+    fake.chmod(0o755)
+    assert vm.accelerators(fake) == {"qtest"}
+    some = kernel.Kernel(tmp_path / "vmlinuz", "x", None, "test")
+    with pytest.raises(ProvisionError, match=r"has no TCG .*accelerators: qtest"):
+        vm.choose_accel(fake, some, tmp_path, "tcg")
+    with pytest.raises(ProvisionError, match="has no TCG"):  # auto: no KVM in it either
+        vm.choose_accel(fake, some, tmp_path, "auto")
+
+
+def test_the_archive_is_newc_as_the_kernel_reads_it() -> None:
+    """Each entry: the 070701 header of 13 eight-digit hex fields, its NUL-ended name and its data
+    each padded to 4 bytes; directories made on the way; the TRAILER!!! entry last."""
+    archive = initramfs.Archive()
+    archive.file("a/b/file", b"12345", 0o640)
+    archive.symlink("a/link", "b/file")
+    raw = archive.bytes()
+    entries, at = [], 0
+    while True:
+        header = initramfs.NEWC.parse(raw[at : at + 110])
+        name = raw[at + 110 : at + 110 + header.namesize - 1].decode()
+        at += 110 + header.namesize
+        at += -at % 4
+        data = raw[at : at + header.filesize]
+        at += header.filesize
+        at += -at % 4
+        if name == "TRAILER!!!":
+            break
+        entries.append((name, header.mode, data))
+    assert entries == [
+        ("a", 0o40755, b""), ("a/b", 0o40755, b""), ("a/b/file", 0o100640, b"12345"), ("a/link", 0o120777, b"b/file"),
+    ]  # fmt: skip
+    assert at == len(raw) and raw[:6] == b"070701"
+
+
+def test_a_run_hands_back_output_status_kernel_log_and_trace(qemu_under_test: QemuUnderTest, tmp_path: Path) -> None:
+    """One boot of Debian's kernel on the QEMU under test: the script's stdout, stderr and status,
+    the kernel's log, QEMU's v9fs trace, the file it wrote on the host; and afterwards no QEMU
+    and no directory of the run."""
+    export = tmp_path / "export"
+    export.mkdir()
+    before = set(Path(tempfile_dir()).glob("v9p-guest-*"))
+    run = vm.run(
+        qemu_under_test.binary, kernel.find_kernel(None, cache_root()), LocalFs(export, "passthrough"),
+        "echo out; echo err >&2; echo made > /mnt/export/f; progress half way; exit 3",
+        cache=cache_root(), timeout=60,
+    )  # fmt: skip
+    assert (run.status, run.stdout, run.stderr, run.failures) == (3, b"out\n", b"err\n", []), run.explain()
+    assert "9p" in run.dmesg and "v9fs_attach" in run.trace and run.progress == ["half way"]
+    assert (export / "f").read_text() == "made\n"
+    assert run.mounted_after is not None and run.mounted_after < run.seconds
+    assert set(Path(tempfile_dir()).glob("v9p-guest-*")) == before
+    assert subprocess.run(["pgrep", "-f", "v9p-guest-"], capture_output=True, check=False).stdout == b""
+
+
+def test_the_command_line_runs_a_command_and_returns_its_status(qemu_under_test: QemuUnderTest) -> None:
+    binary = str(qemu_under_test.binary)
+    found = subprocess.run(
+        [sys.executable, "-m", "harness", "guest", "--qemu-binary", binary, "--", "ls /mnt; exit 7"],
+        capture_output=True, text=True, cwd=REPO, timeout=300, check=False,
+    )  # fmt: skip
+    assert found.returncode == 7 and "export" in found.stdout, found.stderr
+    assert "mounted after" in found.stderr
+
+
+def test_host_tree_reads_a_mapped_node_as_its_client_sees_it(tmp_path: Path) -> None:
+    """The mode and owner a mapped-xattr export keeps in user.virtfs.*, a symlink kept as a file
+    holding its target: the lines the guest's manifest prints for them."""
+    (tmp_path / "f").write_bytes(b"abc")
+    (tmp_path / "l").write_bytes(b"f")
+    (tmp_path / "f").chmod(0o600)
+    try:
+        os.setxattr(tmp_path / "f", "user.virtfs.mode", (0o100751).to_bytes(4, "little"))
+        os.setxattr(tmp_path / "f", "user.virtfs.uid", (1000).to_bytes(4, "little"))
+        os.setxattr(tmp_path / "l", "user.virtfs.mode", (0o120777).to_bytes(4, "little"))
+    except OSError as err:
+        pytest.skip(f"no user xattrs on {tmp_path}'s filesystem: {err}")
+    gid = os.getgid()
+    assert host_tree(tmp_path, "mapped-xattr") == [
+        f"f f 0751 1000:{gid} 3", "l l f", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad  f",
+    ]  # fmt: skip
+
+
+def test_batch_output_is_parsed_per_program_and_place() -> None:
+    text = "\n".join([
+        "@@P ls export begin", "| a line", "@@P ls export status 0 12", "> f a 0644 0:0 1", "@@P ls export end",
+        "@@P ls local begin", "@@P ls local status 137", "@@P ls local end",
+    ])  # fmt: skip
+    found = parse(text)
+    assert (found["ls", "export"].status, found["ls", "export"].output, found["ls", "export"].tree) == (
+        0, "a line\n", ["f a 0644 0:0 1"],
+    )  # fmt: skip
+    assert found["ls", "local"].status == 137
+    assert normalised("/mnt/second/ls/x /tmp/local/ls", Config("9p2000.L", "none"), "ls") == "$D/x $D"
+
+
+def tempfile_dir() -> str:
+    import tempfile
+
+    return tempfile.gettempdir()
