@@ -119,7 +119,8 @@ def test_a_run_hands_back_output_status_kernel_log_and_trace(qemu_under_test: Qe
     assert (export / "f").read_text() == "made\n"
     assert run.mounted_after is not None and run.mounted_after < run.seconds
     assert set(Path(tempfile_dir()).glob("v9p-guest-*")) == before
-    assert subprocess.run(["pgrep", "-f", "v9p-guest-"], capture_output=True, check=False).stdout == b""
+    # no QEMU of this run (its -fsdev names this export) outlives it
+    assert subprocess.run(["pgrep", "-f", f"path={export}"], capture_output=True, check=False).stdout == b""
 
 
 def test_the_command_line_runs_a_command_and_returns_its_status(qemu_under_test: QemuUnderTest) -> None:

@@ -4,10 +4,12 @@ python -m harness qemu build [ORIGIN]            build (once) and print the bina
 python -m harness qemu path [ORIGIN]             print the binary the harness would use
 python -m harness qemu list                      the builds in the cache
 python -m harness doctor [--qemu-binary B]       what the harness sees, as a table
+python -m harness guest [-- COMMAND]             run a command on a Linux guest's v9fs mount of the export
 python -m harness bench readdir [--qemu B ...]    Treaddir latency, synth and large local directories
 python -m harness bench io [--qemu B ...]         Twrite then Tread of a large file against msize
 python -m harness bench rtt [--qemu B ...]        qtest and 9P round trips per second
 python -m harness bench lock [--qemu B ...]       a Trenameat alone and beside a Treaddir collecting
+python -m harness bench guest [--qemu B ...]      a Linux guest's boot, msize and a workload on its mount
 python -m harness bench releases [--qemu B ...]   the registry's measures across QEMU releases, interleaved
 python -m harness bench bisect-step ...           one `git bisect run` step over a speed change
 python -m harness bench suite [--whole]           our pytest run against QEMU's qos-test
