@@ -1,7 +1,7 @@
 """``bench guest``: what a real Linux client sees of the QEMU under test (harness/guest).
 
-Per kernel, cache mode and msize: the msize the mount got (Linux caps what its virtio transport
-can carry, and says so), how long the boot took to a mounted export, a build-like workload's
+Per kernel, cache mode and msize: the msize the session got (QEMU's Rversion, from its trace:
+Linux caps what its virtio transport can carry), how long the boot took to a mounted export, a build-like workload's
 duration on the mount (many small files written, archived, unpacked, read, copied and removed,
 as a build's tree is), and QEMU's CPU during it, split between its vCPU threads (under TCG, the
 guest's own work) and the rest (the main loop and the worker threads, where the 9P server runs).
@@ -23,7 +23,6 @@ from harness.tools.bench.variant import Variant
 
 #: the workload: a tree of small C-like files made, archived, unpacked, read, copied and removed
 WORKLOAD = r"""
-grep -o 'msize=[0-9]*' /proc/mounts | head -n 1
 cd /mnt/export
 progress workload-start
 python3 - <<'EOF'
@@ -58,9 +57,10 @@ def guest_table(variant: Variant, kernels_wanted: list[str], caches: list[str], 
                     run = vm.run(
                         variant.binary, found, LocalFs(Path(export), multidevs=variant.multidevs),
                         WORKLOAD.replace("FILES", str(files)), cache=cache_root(),
-                        mounts=(vm.Mount(cache=cache, msize=msize),), timeout=600, trace=False,
+                        mounts=(vm.Mount(cache=cache, msize=msize),), timeout=600, trace=True,
                     )  # fmt: skip
-                got = re.search(r"msize=(\d+)", run.text)
+                # the msize the session runs at: QEMU's answer to the kernel's Tversion
+                got = re.search(r"v9fs_version_return .*msize (\d+)", run.trace)
                 try:
                     seconds, vcpu, other = run.between("workload-start", "workload-end")
                 except StopIteration:  # the workload did not finish: the row says what QEMU said
