@@ -20,6 +20,7 @@ from fixtures.guest import BY_NAME, CONFIGS, FULL_CONFIGS, PROGRAMS, Boot, probl
 FSYNCS = ("git", "sqlite_journal", "sqlite_wal", "fsync")
 assert tuple(p.name for p in PROGRAMS if p.syncs) == FSYNCS
 DOTU = ("u-none", "u-loose", "u-mmap")
+DOTL = ("L-none", "L-loose", "L-mmap")
 assert tuple(c.name for c in FULL_CONFIGS if c.dialect == "9p2000.u") == DOTU
 
 
@@ -28,7 +29,7 @@ def _dotl_only(program: str, config: str) -> bool:
     return BY_NAME[program].dotl and config.startswith("u-")
 
 
-@pytest.mark.qemu_bug(**LOCK_CONFLICT, raises=AssertionError, when={"program": ("flock", "fcntl_lock")})
+@pytest.mark.qemu_bug(**LOCK_CONFLICT, raises=AssertionError, when={"program": ("flock", "fcntl_lock"), "config": DOTL})
 @pytest.mark.qemu_bug(**RECLAIM_O_TRUNC, raises=AssertionError, when={"program": "reclaim", "config": ("u-none",)})
 @pytest.mark.qemu_bug(
     **WSTAT_SYNC_EMPTY_REPLY, raises=AssertionError, when={"program": FSYNCS, "config": DOTU},

@@ -34,7 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--access", help="v9fs access= (user, client, any, UID)")
     parser.add_argument("--posixacl", action="store_true")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds the command may take")
-    parser.add_argument("--nofile", type=int, help="QEMU's RLIMIT_NOFILE (9pfs reclaims descriptors past it, less 400)")
+    parser.add_argument(
+        "--nofile",
+        type=int,
+        help="QEMU's RLIMIT_NOFILE: 9pfs keeps at most N - min(400, N/3) host descriptors, reclaiming past it",
+    )
     parser.add_argument("--trace", help="write QEMU's v9fs trace events of the run to this file")
     parser.add_argument("--kernel-log", action="store_true", help="print the guest kernel's log too")
 
