@@ -8,6 +8,7 @@ import lzma
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -108,7 +109,7 @@ def test_a_run_hands_back_output_status_kernel_log_and_trace(qemu_under_test: Qe
     and no directory of the run."""
     export = tmp_path / "export"
     export.mkdir()
-    before = set(Path(tempfile_dir()).glob("v9p-guest-*"))
+    before = set(Path(tempfile.gettempdir()).glob("v9p-guest-*"))
     run = vm.run(
         qemu_under_test.binary, kernel.find_kernel(None, cache_root()), LocalFs(export, "passthrough"),
         "echo out; echo err >&2; echo made > /mnt/export/f; progress half way; exit 3",
@@ -118,7 +119,7 @@ def test_a_run_hands_back_output_status_kernel_log_and_trace(qemu_under_test: Qe
     assert "9p" in run.dmesg and "v9fs_attach" in run.trace and run.progress == ["half way"]
     assert (export / "f").read_text() == "made\n"
     assert run.mounted_after is not None and run.mounted_after < run.seconds
-    assert set(Path(tempfile_dir()).glob("v9p-guest-*")) == before
+    assert set(Path(tempfile.gettempdir()).glob("v9p-guest-*")) == before
     # no QEMU of this run (its -fsdev names this export) outlives it
     assert subprocess.run(["pgrep", "-f", f"path={export}"], capture_output=True, check=False).stdout == b""
 
@@ -162,9 +163,3 @@ def test_batch_output_is_parsed_per_program_and_place() -> None:
     )  # fmt: skip
     assert found["ls", "local"].status == 137
     assert normalised("/mnt/second/ls/x /tmp/local/ls", Config("9p2000.L", "none"), "ls") == "$D/x $D"
-
-
-def tempfile_dir() -> str:
-    import tempfile
-
-    return tempfile.gettempdir()

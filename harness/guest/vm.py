@@ -31,6 +31,8 @@ from harness.qemu.config import DEVICE_ID, FsConfig, LocalFs, driver_options
 from harness.qemu.provision import FIRMWARE_DIRS
 
 Accel = Literal["auto", "kvm", "tcg"]
+#: the dialects a v9fs mount speaks (``version=``)
+Dialect = Literal["9p2000.L", "9p2000.u"]
 #: the export's tag in the guest
 TAG = "v9p"
 #: where the guest mounts the export, and where it keeps a local filesystem to compare with
@@ -48,7 +50,7 @@ class Mount:
     """A v9fs mount of the export at ``where`` with ``options`` (``mount -t 9p -o``)."""
 
     where: str = EXPORT
-    version: Literal["9p2000.L", "9p2000.u"] = "9p2000.L"
+    version: Dialect = "9p2000.L"
     cache: str = "none"
     msize: int | None = None
     access: str | None = None
