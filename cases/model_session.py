@@ -191,9 +191,9 @@ class SessionAgainstModel(RuleBasedStateMachine):
     def settle(self, ends: list[Any]) -> None:
         """The model becomes the end of the serial order the host holds; where none does (a raced
         creation's clean-up removed, by name, another request's node), what the host holds."""
-        held = [end for end in ends if not self.mirror.disagreements_with(end, self.top)]
-        self.mirror.model = held[0] if held else ends[0]
-        if not held:
+        agreeing = [end for end in ends if not self.mirror.disagreements_with(end, self.top)]
+        self.mirror.model = agreeing[0] if agreeing else ends[0]
+        if not agreeing:
             self.mirror.learn((self.top,))
 
     @precondition(lambda self: self.pairs_dir is not None)

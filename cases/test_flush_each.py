@@ -42,9 +42,9 @@ def one_round(mirror: Mirror, op: str, flushes: int, seed: int) -> None:
     answers: list[Answer] = [observed(pending)]
     ends, failure = judge_group([request], answers, start, where=where)
     assert failure is None, f"{where}: {failure}"
-    held = [end for end in ends if not mirror.disagreements_with(end)]
-    assert held, f"{where}: the directory on the host is no order's: {mirror.disagreements_with(ends[0])}"
-    mirror.model = held[0]
+    agreeing = [end for end in ends if not mirror.disagreements_with(end)]
+    assert agreeing, f"{where}: the directory on the host is no order's: {mirror.disagreements_with(ends[0])}"
+    mirror.model = agreeing[0]
     mirror.clunk_all({0, mirror.fid})
 
 

@@ -143,8 +143,8 @@ GETATTR = next(op for op in OPS.values() if op.message is Tgetattr)
 def fid_shape(mirror: Mirror, fid: int) -> tuple[object, ...]:
     """A fid as the model has it, for "the same state": what it is, and the kind its node has on
     the host."""
-    held = mirror.model.fids.get(fid)
-    if held is None:
+    entry = mirror.model.fids.get(fid)
+    if entry is None:
         return ("not held",)
-    node = held.node if held.node is not None else mirror.model.at(held.path)
-    return held.use, node.on_host(mirror.model.server) if node is not None else None
+    node = entry.node if entry.node is not None else mirror.model.at(entry.path)
+    return entry.use, node.on_host(mirror.model.server) if node is not None else None

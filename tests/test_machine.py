@@ -270,3 +270,21 @@ def test_cpu_seconds_of_another_process_to_the_nanosecond_and_of_its_ended_threa
         child.kill()
         child.wait()
     assert process.cpu_seconds() == pytest.approx(time.process_time(), abs=0.01)
+
+
+def test_a_machine_left_unstopped_leaves_no_directory(tmp_path: Path) -> None:
+    """A Machine never stopped (its process ended by an uncaught KeyboardInterrupt) still has its
+    directory removed when the interpreter exits."""
+    script = textwrap.dedent(f"""
+        from pathlib import Path
+        from harness.qemu.config import MachineConfig
+        from harness.qemu.machine import Machine
+        kept = Machine(MachineConfig(binary=Path("/q")), workdir=Path({str(tmp_path)!r}))
+        (kept._dir / "qemu.log").write_text("a log")
+        raise KeyboardInterrupt
+    """)
+    ended = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=Path(__file__).parents[1]
+    )
+    assert "KeyboardInterrupt" in ended.stderr, ended.stderr
+    assert list(tmp_path.iterdir()) == []

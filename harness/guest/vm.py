@@ -265,8 +265,9 @@ def run(
     RLIMIT_NOFILE, from which 9pfs sizes its descriptor budget (fids beyond it are reclaimed)."""
     chosen = choose_accel(binary, kernel, cache, accel)
     image = initramfs.build(kernel, cache)
-    workdir = Path(tempfile.mkdtemp(prefix="v9p-guest-"))
-    process.LIVE_DIRS.add(workdir)
+    # removed in the finally below, or else at interpreter exit (TemporaryDirectory's finalizer)
+    scratch = tempfile.TemporaryDirectory(prefix="v9p-guest-", ignore_cleanup_errors=True)
+    workdir = Path(scratch.name)
     start = time.monotonic()
     qemu: subprocess.Popen[bytes] | None = None
     try:
@@ -309,8 +310,7 @@ def run(
         if qemu is not None and qemu.poll() is None:
             qemu.kill()
             qemu.wait()
-        shutil.rmtree(workdir, ignore_errors=True)
-        process.LIVE_DIRS.discard(workdir)
+        scratch.cleanup()
 
 
 @dataclass(frozen=True)

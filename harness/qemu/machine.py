@@ -20,13 +20,14 @@ import socket
 import subprocess
 import tempfile
 import time
+import weakref
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from harness.errors import HarnessMisuse, QEMUError, QEMUExited, QEMUStartError, QTestError, QTestTimeout
 from harness.qemu.config import DEVICE_ID, MachineConfig, Resources
-from harness.qemu.process import LIVE_DIRS, cpu_seconds, die_with_parent, listen, writes_coverage
+from harness.qemu.process import cpu_seconds, die_with_parent, listen, writes_coverage
 from harness.qemu.qtest import QTest
 from harness.qemu.sanitizers import sanitizer_env
 
@@ -75,7 +76,10 @@ class Machine:
         # sockets and QEMU's output; under ``workdir`` when given, so that whoever owns that can
         # remove what a killed process could not
         self._dir = Path(tempfile.mkdtemp(prefix="v9p-qemu-", dir=workdir))
-        LIVE_DIRS.add(self._dir)
+        # removed by _remove_dir(), or else at interpreter exit whatever the way out (a
+        # KeyboardInterrupt whose report hit a closed pipe never reaches a shutdown): weakref.finalize
+        # runs what is still pending then. QEMU itself dies with this process (PR_SET_PDEATHSIG).
+        self._dir_removal = weakref.finalize(self, shutil.rmtree, self._dir, ignore_errors=True)
         self.argv = config.argv(Path(QTEST_SOCKET), Path(QMP_SOCKET))  # relative to QEMU's cwd, self._dir
         self.log_path = self._dir / "qemu.log"
         self._proc: subprocess.Popen[bytes] | None = None
@@ -304,10 +308,9 @@ class Machine:
             self._qmp_socket = None
 
     def _remove_dir(self) -> None:
-        LIVE_DIRS.discard(self._dir)
         if self._dir.exists():
             self._saved_log = self.output_text()
-            shutil.rmtree(self._dir, ignore_errors=True)
+        self._dir_removal()
 
     # -- state ------------------------------------------------------------------------------------
 

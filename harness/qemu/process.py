@@ -4,11 +4,9 @@ UNIX sockets it connects to; the directories of machines not stopped yet, remove
 
 from __future__ import annotations
 
-import atexit
 import ctypes
 import functools
 import os
-import shutil
 import signal
 import socket
 import time
@@ -22,18 +20,6 @@ def writes_coverage(binary: Path) -> bool:
     return any(
         (where / "libcommon.fa.p" / "hw_9pfs_9p.c.gcno").exists() for where in (binary.parent, binary.parent / "build")
     )
-
-
-#: Directories of machines not stopped yet: removed at interpreter exit whatever the way out (a
-#: KeyboardInterrupt whose report then hit a closed pipe never reaches the shutdown). The QEMUs
-#: themselves die with this process (PR_SET_PDEATHSIG).
-LIVE_DIRS: set[Path] = set()
-
-
-@atexit.register
-def _remove_live_dirs() -> None:
-    for directory in list(LIVE_DIRS):
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def die_with_parent(parent: int, nofile: int | None = None) -> None:
