@@ -19,6 +19,7 @@ from harness.errors import ProvisionError
 from harness.guest import initramfs, kernel, vm
 from harness.qemu.config import LocalFs
 from harness.qemu.provision import cache_root
+from harness.tools import guest_pjdfstest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -163,3 +164,31 @@ def test_batch_output_is_parsed_per_program_and_place() -> None:
     )  # fmt: skip
     assert found["ls", "local"].status == 137
     assert normalised("/mnt/second/ls/x /tmp/local/ls", Config("9p2000.L", "none"), "ls") == "$D/x $D"
+
+
+def test_pjdfstest_in_the_guest_is_read_per_file_and_reported() -> None:
+    """--pjdfstest: each .t's TAP between its markers is read as the posix family reads it; a
+    failing check, a short run and a .t the run never reached are each reported, a clean one not."""
+    out = "\n".join([
+        "noise before", f"{guest_pjdfstest.BEGIN} chmod/00", "1..3", "ok 1", "ok 2", "ok 3",
+        f"{guest_pjdfstest.END} chmod/00 0", f"{guest_pjdfstest.BEGIN} link/00", "1..3", "ok 1",
+        "not ok 2 - tried 'link a b', expected 0, got EPERM", "ok 3", f"{guest_pjdfstest.END} link/00 1",
+        f"{guest_pjdfstest.BEGIN} open/00", "1..4", "ok 1", f"{guest_pjdfstest.END} open/00 124",
+    ])  # fmt: skip
+    taps = guest_pjdfstest.results(out)
+    assert taps["chmod/00"].ok and taps["link/00"].failed == {2: "tried 'link a b', expected 0, got EPERM"}
+    assert (taps["open/00"].planned, taps["open/00"].ran, taps["open/00"].status) == (4, 1, 124)
+    table, clean = guest_pjdfstest.report(taps, ["chmod/00", "link/00", "open/00", "rename/00"])
+    assert not clean and "chmod/00" not in table and "got EPERM" in table and "no result" in table
+    assert table.endswith("1 of 4 .t files passed")
+    assert guest_pjdfstest.report({"chmod/00": taps["chmod/00"]}, ["chmod/00"]) == ("1 of 1 .t files passed", True)
+
+
+def test_pjdfstest_selection_names_files_and_directories(tmp_path: Path) -> None:
+    for name in ("chmod/00.t", "chmod/01.t", "chown/00.t", "misc.sh"):
+        (tmp_path / "tests" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "tests" / name).write_text("")
+    assert guest_pjdfstest.chosen(tmp_path, []) == ["chmod/00", "chmod/01", "chown/00"]
+    assert guest_pjdfstest.chosen(tmp_path, ["chmod", "chown/00.t"]) == ["chmod/00", "chmod/01", "chown/00"]
+    with pytest.raises(ProvisionError, match="no pjdfstest"):
+        guest_pjdfstest.chosen(tmp_path, ["chm"])

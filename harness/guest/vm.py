@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -258,11 +258,13 @@ def run(
     timeout: float = 120.0,
     trace: bool = True,
     nofile: int | None = None,
+    files: Mapping[str, bytes] | None = None,
 ) -> Run:
     """Boot, mount ``mounts`` of the export, run ``script`` (bash, cwd /tmp; the export at each
     mount's ``where``, a tmpfs at /tmp/local; ``progress TEXT`` says on the console what it is
     doing, for a run that hangs), and collect (see :class:`Run`). ``nofile``: QEMU's
-    RLIMIT_NOFILE, from which 9pfs sizes its descriptor budget (fids beyond it are reclaimed)."""
+    RLIMIT_NOFILE, from which 9pfs sizes its descriptor budget (fids beyond it are reclaimed).
+    ``files``: more files for the guest's root (path -> bytes, executable), such as a test suite."""
     chosen = choose_accel(binary, kernel, cache, accel)
     image = initramfs.build(kernel, cache)
     # removed in the finally below, or else at interpreter exit (TemporaryDirectory's finalizer)
@@ -275,6 +277,7 @@ def run(
             "v9p/run.sh": (PRELUDE + script).encode(),
             "v9p/mounts": "".join(f"{m.tag} {m.where} {m.options()}\n" for m in mounts).encode(),
             "v9p/timeout": f"{int(timeout)}\n".encode(),
+            **(files or {}),
         })  # fmt: skip
         initrd = workdir / "initrd"
         with open(initrd, "wb") as out, open(image.path, "rb") as base:

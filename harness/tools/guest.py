@@ -12,6 +12,7 @@ from pathlib import Path
 from harness.guest import kernel as kernels
 from harness.qemu import provision
 from harness.qemu.config import SECURITY_MODELS, LocalFs
+from harness.tools import guest_pjdfstest
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--trace", help="write QEMU's v9fs trace events of the run to this file")
     parser.add_argument("--kernel-log", action="store_true", help="print the guest kernel's log too")
+    parser.add_argument("--pjdfstest", action="store_true",
+                        help="run pjdfstest's .t files on the mount (COMMAND: those named, e.g. chmod/00 or rename; "
+                        "default all) and print those that failed")  # fmt: skip
+    parser.add_argument("--json", help="with --pjdfstest: every .t's result to this file")
 
 
 def guest(args: argparse.Namespace) -> int:
@@ -52,12 +57,25 @@ def guest(args: argparse.Namespace) -> int:
     mount = vm.Mount(version=args.dialect, cache=args.cache, msize=args.msize, access=args.access,
                      posixacl=args.posixacl)  # fmt: skip
     script = " ".join(args.selection) if args.selection else f"ls -la {shlex.quote(vm.EXPORT)}"
+    extra: dict[str, bytes] = {}
+    if args.pjdfstest:
+        source = guest_pjdfstest.tree()
+        names = guest_pjdfstest.chosen(source, args.selection)
+        script, extra = guest_pjdfstest.script(names, vm.EXPORT), guest_pjdfstest.files(source)
     with tempfile.TemporaryDirectory(prefix="v9p-guest-export-") as scratch:
         export = Path(args.export) if args.export else Path(scratch)
         fs = LocalFs(export.absolute(), args.security_model, args.multidevs, args.readonly)
         run = vm.run(binary, kernel, fs, script, cache=cache, mounts=(mount,), accel=args.accel,
-                     timeout=args.timeout, trace=bool(args.trace), nofile=args.nofile)  # fmt: skip
-    sys.stdout.buffer.write(run.stdout)
+                     timeout=args.timeout, trace=bool(args.trace), nofile=args.nofile, files=extra)  # fmt: skip
+    verdict = None
+    if args.pjdfstest:
+        taps = guest_pjdfstest.results(run.stdout.decode(errors="replace"))
+        table, verdict = guest_pjdfstest.report(taps, names)
+        print(table)
+        if args.json:
+            guest_pjdfstest.write_json(Path(args.json), taps)
+    else:
+        sys.stdout.buffer.write(run.stdout)
     sys.stdout.flush()
     sys.stderr.buffer.write(run.stderr)
     if args.kernel_log:
@@ -72,4 +90,6 @@ def guest(args: argparse.Namespace) -> int:
     if run.timed_out:
         print(f"guest: the command outlived --timeout {args.timeout:.0f}", file=sys.stderr)
         return 124
+    if verdict is not None:
+        return 0 if verdict and run.status == 0 else 1
     return run.status if run.status is not None else 2
