@@ -65,8 +65,10 @@ say STDOUT; base64 /tmp/v9p.out > /dev/console; say END
 say STDERR; base64 /tmp/v9p.err > /dev/console; say END
 if [ -e /tmp/v9p.rc ]; then
     for dir in $mounted; do
+        # what holds the mount: each process once, with how many of its descriptors are there
         umount "$dir" 2>/tmp/umount.err || say FAIL "umount $dir: $(cat /tmp/umount.err); in use by:" \
-            "$(ls -l /proc/[0-9]*/cwd /proc/[0-9]*/fd/* 2>/dev/null | grep " -> $dir" | tr '\n' ';')"
+            "$(ls -l /proc/[0-9]*/cwd /proc/[0-9]*/fd/* 2>/dev/null | grep " -> $dir" |
+               sed 's#.* /proc/\([0-9]*\)/\([a-z]*\).*#pid \1 (\2)#' | sort | uniq -c | tr -s ' \n' ' ;')"
     done
 fi
 say DMESG; dmesg | base64 > /dev/console; say END
