@@ -162,3 +162,12 @@ def test_the_upstream_evidence_tables_are_the_commands_output() -> None:
     for record in ("matrix-patches.json", "matrix-series.json", "matrix-tables.json", "matrix-rename.json"):
         assert runs_text(json.loads((folder / record).read_text())) in page, record
     assert report.text_of_json(folder / "bench-locks.json") in page
+
+
+@pytest.mark.parametrize("record", sorted((PROJECT / "docs").glob("guest-pjdfstest-*.json")), ids=lambda p: p.name)
+def test_the_guest_pjdfstest_tables_are_the_commands_output(record: Path) -> None:
+    """docs/guest.md's pjdfstest-through-v9fs tables are ``guest --pjdfstest --json``'s, printed again."""
+    from harness.tools.guest_pjdfstest import text_of_json
+
+    text = text_of_json(json.loads(record.read_text()))
+    assert text in (PROJECT / "docs" / "guest.md").read_text(), f"docs/guest.md: paste {record.name}'s table"

@@ -4,6 +4,7 @@ and leaves nothing behind."""
 
 from __future__ import annotations
 
+import json
 import lzma
 import os
 import subprocess
@@ -17,6 +18,7 @@ from fixtures.devices import QemuUnderTest
 from fixtures.guest import Config, host_tree, normalised, parse
 from harness.errors import ProvisionError
 from harness.guest import initramfs, kernel, vm
+from harness.qemu import pjdfstest
 from harness.qemu.config import LocalFs
 from harness.qemu.provision import cache_root
 from harness.tools import guest_pjdfstest
@@ -192,3 +194,16 @@ def test_pjdfstest_selection_names_files_and_directories(tmp_path: Path) -> None
     assert guest_pjdfstest.chosen(tmp_path, ["chmod", "chown/00.t"]) == ["chmod/00", "chmod/01", "chown/00"]
     with pytest.raises(ProvisionError, match="no pjdfstest"):
         guest_pjdfstest.chosen(tmp_path, ["chm"])
+
+
+def test_pjdfstest_json_prints_the_table_the_run_printed(tmp_path: Path) -> None:
+    taps = {"chmod/00": pjdfstest_tap(3, {}), "link/00": pjdfstest_tap(3, {2: "got EPERM"})}
+    names = ["chmod/00", "link/00", "open/00"]
+    guest_pjdfstest.write_json(tmp_path / "r.json", taps, names, {"security_model": "passthrough"})
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["security_model"] == "passthrough" and data["chosen"] == names
+    assert guest_pjdfstest.text_of_json(data) == guest_pjdfstest.report(taps, names)[0]
+
+
+def pjdfstest_tap(planned: int, failed: dict[int, str]) -> pjdfstest.Tap:
+    return pjdfstest.Tap(planned, planned - len(failed), failed, "", 1 if failed else 0)

@@ -73,7 +73,9 @@ def guest(args: argparse.Namespace) -> int:
         table, verdict = guest_pjdfstest.report(taps, names)
         print(table)
         if args.json:
-            guest_pjdfstest.write_json(Path(args.json), taps)
+            facts = {"kernel": kernel.release, "qemu": str(binary), "security_model": args.security_model,
+                     "version": args.dialect, "cache": args.cache}  # fmt: skip
+            guest_pjdfstest.write_json(Path(args.json), taps, names, facts)
     else:
         sys.stdout.buffer.write(run.stdout)
     sys.stdout.flush()

@@ -68,6 +68,7 @@ mkdir -p "$work"
 for t in {listed}; do
     progress "pjdfstest $t"
     dir=$(mktemp -d -p "$work")
+    chmod 755 "$work" "$dir"  # as the posix family's: the checks that run as another user look it up
     cd "$dir"
     echo "{BEGIN} $t"
     timeout {T_TIMEOUT} sh {ROOT}/tests/$t.t 2>&1
@@ -110,6 +111,19 @@ def report(taps: dict[str, Tap], names: Sequence[str]) -> tuple[str, bool]:
     return f"{table}\n{passed} of {len(names)} .t files passed".lstrip(), not rows
 
 
-def write_json(path: Path, taps: dict[str, Tap]) -> None:
-    path.write_text(json.dumps({name: {k: v for k, v in asdict(tap).items() if k != "output"}
-                                for name, tap in taps.items()}, indent=1, sort_keys=True))  # fmt: skip
+def write_json(path: Path, taps: dict[str, Tap], names: Sequence[str], facts: dict[str, str]) -> None:
+    """The run as ``--json`` keeps it: what ran where (``facts``), the .t files chosen, and each
+    one's TAP (its output left out); :func:`text_of_json` prints its table again."""
+    results = {name: {k: v for k, v in asdict(tap).items() if k != "output"} for name, tap in taps.items()}
+    path.write_text(json.dumps({**facts, "chosen": list(names), "taps": results}, indent=1, sort_keys=True) + "\n")
+
+
+def text_of_json(data: dict[str, object]) -> str:
+    """The table a ``--json`` record's run printed (docs/guest.md quotes it; a self-test keeps them equal)."""
+    chosen, results = data["chosen"], data["taps"]
+    assert isinstance(chosen, list) and isinstance(results, dict)
+    taps = {
+        name: Tap(tap["planned"], tap["passed"], {int(n): why for n, why in tap["failed"].items()}, "", tap["status"])
+        for name, tap in results.items()
+    }
+    return report(taps, chosen)[0]
