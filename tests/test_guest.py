@@ -207,3 +207,20 @@ def test_pjdfstest_json_prints_the_table_the_run_printed(tmp_path: Path) -> None
 
 def pjdfstest_tap(planned: int, failed: dict[int, str]) -> pjdfstest.Tap:
     return pjdfstest.Tap(planned, planned - len(failed), failed, "", 1 if failed else 0)
+
+
+def test_a_guest_that_prints_nothing_is_killed_after_the_boot_allowance(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A QEMU whose guest says nothing (a boot that hung) is killed BOOT_ALLOWANCE seconds in,
+    not at the run's whole deadline; one that says BOOTED is left to its deadline."""
+    monkeypatch.setattr(vm, "BOOT_ALLOWANCE", 0.5)
+    hung = subprocess.Popen(["sleep", "60"])
+    start = vm.time.monotonic()
+    assert vm._wait(hung, tmp_path / "console", start, 3600.0) == (None, [])
+    assert vm.time.monotonic() - start < 10
+    console = tmp_path / "console2"
+    console.write_text("@@V9P-BOOTED 1.0\n")
+    booted = subprocess.Popen(["sleep", "1.5"])
+    status, moments = vm._wait(booted, console, vm.time.monotonic(), 3600.0)
+    assert status == 0 and [m.mark for m in moments] == ["BOOTED 1.0"]

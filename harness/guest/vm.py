@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -39,8 +40,12 @@ TAG = "v9p"
 EXPORT, LOCAL = "/mnt/export", "/tmp/local"
 #: guest RAM: the initramfs (~80 MB unpacked) and the page cache of a cache=loose mount
 RAM_MIB = 1024
-#: seconds from QEMU's start to the script's start that a run allows beyond its own deadline
+log_ = logging.getLogger(__name__)
+#: seconds from QEMU's start to the script's start that a run allows beyond its own deadline (and
+#: within which the guest's /init must have said BOOTED)
 BOOT_ALLOWANCE = 90.0
+#: boots tried where the first printed nothing in BOOT_ALLOWANCE seconds
+BOOT_ATTEMPTS = 2
 #: the trace events a run records (QEMU's hw/9pfs/trace-events)
 TRACE_EVENTS = "v9fs_*"
 
@@ -283,12 +288,22 @@ def run(
         with open(initrd, "wb") as out, open(image.path, "rb") as base:
             shutil.copyfileobj(base, out)
             out.write(extra)
-        with open(workdir / "qemu.log", "wb") as log:
-            qemu = subprocess.Popen(
-                argv(binary, kernel, initrd, fs, chosen, workdir, trace, tuple(dict.fromkeys(m.tag for m in mounts))),
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_dies_with_us(nofile),
-            )  # fmt: skip
-            exit_status, moments = _wait(qemu, workdir / "console", start, timeout + BOOT_ALLOWANCE)
+        # A guest that has printed nothing BOOT_ALLOWANCE seconds after its start never reached its
+        # /init (seen once under TCG: an empty console and an idle QEMU): it is booted once more,
+        # rather than left to its whole deadline; no 9P request was made by then.
+        for attempt in range(BOOT_ATTEMPTS):
+            (workdir / "console").unlink(missing_ok=True)
+            start = time.monotonic()
+            tags = tuple(dict.fromkeys(m.tag for m in mounts))
+            with open(workdir / "qemu.log", "wb") as log:
+                qemu = subprocess.Popen(
+                    argv(binary, kernel, initrd, fs, chosen, workdir, trace, tags),
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_dies_with_us(nofile),
+                )  # fmt: skip
+                exit_status, moments = _wait(qemu, workdir / "console", start, timeout + BOOT_ALLOWANCE)
+            if moments or exit_status is not None or attempt == BOOT_ATTEMPTS - 1:
+                break
+            log_.warning("the guest printed nothing in %.0f s (its boot hung): booting it again", BOOT_ALLOWANCE)
         seconds = time.monotonic() - start
         console = (workdir / "console").read_text(errors="replace") if (workdir / "console").exists() else ""
         marks = parse_console(console)
@@ -360,7 +375,8 @@ def _wait(qemu: subprocess.Popen[bytes], console: Path, start: float, limit: flo
             seen = max(seen, complete)
         if status is not None:
             return status, moments
-        if time.monotonic() - start > limit:
+        waited = time.monotonic() - start
+        if waited > limit or (not moments and waited > BOOT_ALLOWANCE):  # (a boot that hung: see run())
             qemu.kill()
             qemu.wait()
             return None, moments
