@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -216,11 +217,11 @@ def test_a_guest_that_prints_nothing_is_killed_after_the_boot_allowance(
     not at the run's whole deadline; one that says BOOTED is left to its deadline."""
     monkeypatch.setattr(vm, "BOOT_ALLOWANCE", 0.5)
     hung = subprocess.Popen(["sleep", "60"])
-    start = vm.time.monotonic()
+    start = time.monotonic()
     assert vm._wait(hung, tmp_path / "console", start, 3600.0) == (None, [])
-    assert vm.time.monotonic() - start < 10
+    assert time.monotonic() - start < 10
     console = tmp_path / "console2"
     console.write_text("@@V9P-BOOTED 1.0\n")
     booted = subprocess.Popen(["sleep", "1.5"])
-    status, moments = vm._wait(booted, console, vm.time.monotonic(), 3600.0)
+    status, moments = vm._wait(booted, console, time.monotonic(), 3600.0)
     assert status == 0 and [m.mark for m in moments] == ["BOOTED 1.0"]
