@@ -275,7 +275,7 @@ def run(
     # removed in the finally below, or else at interpreter exit (TemporaryDirectory's finalizer)
     scratch = tempfile.TemporaryDirectory(prefix="v9p-guest-", ignore_cleanup_errors=True)
     workdir = Path(scratch.name)
-    start = time.monotonic()
+    tags = tuple(dict.fromkeys(m.tag for m in mounts))
     qemu: subprocess.Popen[bytes] | None = None
     try:
         extra = initramfs.run_archive({
@@ -294,7 +294,6 @@ def run(
         for attempt in range(BOOT_ATTEMPTS):
             (workdir / "console").unlink(missing_ok=True)
             start = time.monotonic()
-            tags = tuple(dict.fromkeys(m.tag for m in mounts))
             with open(workdir / "qemu.log", "wb") as log:
                 qemu = subprocess.Popen(
                     argv(binary, kernel, initrd, fs, chosen, workdir, trace, tags),
