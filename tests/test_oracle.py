@@ -217,3 +217,20 @@ def test_the_round_model_answers_as_a_serial_server() -> None:
         frozenset({".", "..", "e", "f", "l"})
     )
     assert list(itertools.islice(PAIRS, 1))
+
+
+def test_a_listing_race_on_a_name_the_group_brings_in() -> None:
+    """A Treaddir's ENOENT beside a rename that brings a name into the listed directory and a
+    remove of that name (the listing saw g, the remove took it before its lstat) is the listing
+    race: the name is taken away only once the rename ran, and no start-state remove shows it
+    (without remap, no listing race at all)."""
+    remapped, fids = round_model(Server(remap=True))
+    readdir, rename = PAIR_OPS["readdir"].request(fids), PAIR_OPS["rename_f_g"].request(fids)
+    unlink_g = PAIR_OPS["unlink_f"].request(fids).replaced(name="g")
+    races = RaceLog()
+    group = [rename, unlink_g, readdir]
+    _, failure = judge_group(group, (OK, OK, Err(errno.ENOENT)), remapped.copy, (b"r", b"u", b"l"), races)
+    assert failure is None and races.seen[0][0] is ListingRaceSeen
+    plain, _ = round_model()
+    _, failure = judge_group(group, (OK, OK, Err(errno.ENOENT)), plain.copy)
+    assert failure is not None  # no remap: the listing lstat()s nothing, no listing race
