@@ -259,18 +259,24 @@ def qemus_in(directory: Path) -> list[int]:
 def test_multidevs_is_compared_as_variants(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
     """``--multidevs warn --multidevs remap``: one binary against itself with each option on its
     local exports, interleaved; the labels and the JSON name the option, and the JSON prints the
-    table again."""
+    table again. ``--security-model`` the same way: here one, for every variant."""
     out = tmp_path / "bench.json"
     printed = run("bench", "readdir", "--quick", "--files", "30", "--multidevs", "warn", "--multidevs", "remap",
-                  "--json", str(out), "--qemu-binary", str(qemu_under_test.binary))  # fmt: skip
+                  "--security-model", "passthrough", "--json", str(out),
+                  "--qemu-binary", str(qemu_under_test.binary))  # fmt: skip
     data = json.loads(out.read_text())
     assert [v["multidevs"] for v in data["variants"]] == ["warn", "remap"]
+    assert [v["security_model"] for v in data["variants"]] == ["passthrough", "passthrough"]
     assert ["multidevs=warn" in label for label in data["labels"]] == [True, False]
     assert ["multidevs=remap" in label for label in data["labels"]] == [False, True]
+    assert all("security_model=passthrough" in label for label in data["labels"])
     assert report.text_of_json(out) in printed
     variant = Variant(qemu_under_test.binary, multidevs="warn")
     assert ("multidevs", "warn") in variant.local(tmp_path).fsdev("fsdev0")
+    assert ("security_model", "mapped-xattr") in variant.local(tmp_path).fsdev("fsdev0")  # LocalFs's default
     assert not any(key == "multidevs" for key, _ in Variant(qemu_under_test.binary).local(tmp_path).fsdev("f"))
+    modelled = Variant(qemu_under_test.binary, security_model="none")
+    assert ("security_model", "none") in modelled.local(tmp_path).fsdev("fsdev0")
 
 
 def test_readdir_directories_are_made_once_per_run(

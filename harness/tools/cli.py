@@ -399,8 +399,9 @@ def _bench(args: argparse.Namespace) -> int:
     wanted = args.guest_memory or qemu_config.wanted_guest_memory()  # the top-level --guest-memory set it
     modes = ["shared", "qtest"] if wanted == "both" else [wanted]
     options = getattr(args, "multidevs", None) or [None]
-    triples = [(binary, mode, option) for binary in binaries for mode in modes for option in options]
-    variants = [Variant(binary, mode, slot, option) for slot, (binary, mode, option) in enumerate(triples)]  # type: ignore[arg-type]
+    models = getattr(args, "security_model", None) or [None]
+    product = [(b, mode, o, m) for b in binaries for mode in modes for o in options for m in models]
+    variants = [Variant(b, mode, slot, o, m) for slot, (b, mode, o, m) in enumerate(product)]  # type: ignore[arg-type]
     run = Run(variants, 1 if getattr(args, "quick", False) else args.rounds)
     # readdir's local directories: made once, listed by every variant and round
     from harness.tools.bench.registry import bench

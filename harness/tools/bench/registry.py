@@ -84,6 +84,13 @@ def _multidevs(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def _security_model(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--security-model", choices=("passthrough", "mapped-xattr", "mapped-file", "none"), action="append",
+        help="the local export's security model (default mapped-xattr); repeat to compare, interleaved",
+    )  # fmt: skip
+
+
 def _quick(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--quick", action="store_true", help=f"smoke mode: {what}")
 
@@ -113,6 +120,7 @@ def _rtt_measure(variant: Variant, settings: Settings, export: Path) -> Table:
 
 def _readdir_options(parser: argparse.ArgumentParser) -> None:
     _multidevs(parser)
+    _security_model(parser)
     _many(parser, "--files", "local directory sizes (default 100 1000 10000 100000)")
     _many(parser, "--msize", "msize values (default 8192 1048576)")
     _many(parser, "--count", "split counts besides msize - 11 (default 2048: a listing in parts)")
@@ -196,20 +204,28 @@ def _guest_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kernel", action="append", help="6.1, 6.12, a package or an image; repeat (default 6.1 6.12)")
     parser.add_argument("--cache", action="append", help="v9fs cache modes; repeat (default none loose mmap)")
     _many(parser, "--msize", "msize values (default 131072 524288 1048576 4194304)")
-    parser.add_argument("--files", type=int, default=1000, help="the workload's files (default 1000)")
+    parser.add_argument("--files", type=int, help="the workload's files (default 1000; listing: 2000)")
+    parser.add_argument(
+        "--workload", choices=("build", "listing"), default="build",
+        help="build: small files made, archived, read, copied, removed (per msize); listing: ls, ls -l and find "
+        "of one large directory made on the host",
+    )  # fmt: skip
     _multidevs(parser)
+    _security_model(parser)
     _quick(parser, "kernel 6.1, cache=none, one msize, 100 files")
 
 
 def _guest(args: argparse.Namespace, variant: Variant, export: Path | None) -> Table:
-    from harness.tools.bench.guest import guest_table
+    from harness.tools.bench.guest import guest_table, listing_table
 
+    kernels_wanted = ["6.1"] if args.quick else args.kernel or ["6.1", "6.12"]
+    caches = ["none"] if args.quick else args.cache or ["none", "loose", "mmap"]
+    if args.workload == "listing":
+        return listing_table(variant, kernels_wanted, caches, 100 if args.quick else args.files or 2000)
     if args.quick:
-        return guest_table(variant, ["6.1"], ["none"], [131072], 100)
-    return guest_table(
-        variant, args.kernel or ["6.1", "6.12"], args.cache or ["none", "loose", "mmap"],
-        args.msize or [131072, 512 << 10, 1 << 20, 4 << 20], args.files,
-    )  # fmt: skip
+        return guest_table(variant, kernels_wanted, caches, [131072], 100)
+    msizes = args.msize or [131072, 512 << 10, 1 << 20, 4 << 20]
+    return guest_table(variant, kernels_wanted, caches, msizes, args.files or 1000)
 
 
 #: the benches, in the order ``bench releases`` prints those it measures

@@ -167,7 +167,9 @@ def text_of_json(path: Path) -> str:
         return Table(data["bench"], shape["keys"], shape["values"], named, shape["compare"], shape["also"])
 
     results = {
-        Variant(Path(v["binary"]), v["guest_memory"], slot, v.get("multidevs")): [table(rows) for rows in rounds]
+        Variant(Path(v["binary"]), v["guest_memory"], slot, v.get("multidevs"), v.get("security_model")): [
+            table(rows) for rows in rounds
+        ]
         for slot, (v, rounds) in enumerate(zip(data["variants"], data["rounds"], strict=True))
     }
     return text(results, data["labels"], data["machine"])
@@ -181,7 +183,9 @@ def record(results: dict[Variant, list[Table]], labels: list[str], machine: str,
     return {
         "bench": first.title,
         "variants": [
-            {"binary": str(v.binary), "guest_memory": v.guest_memory, "multidevs": v.multidevs} for v in variants
+            {"binary": str(v.binary), "guest_memory": v.guest_memory, "multidevs": v.multidevs}
+            | ({"security_model": v.security_model} if v.security_model else {})
+            for v in variants
         ],
         "labels": labels,
         **about,

@@ -13,7 +13,7 @@ from typing import Any
 
 from harness.errors import ProvisionError
 from harness.qemu import provision
-from harness.qemu.config import FsConfig, GuestMemoryMode, LocalFs, MachineConfig, Multidevs
+from harness.qemu.config import FsConfig, GuestMemoryMode, LocalFs, MachineConfig, Multidevs, SecurityModel
 from harness.qemu.machine import Machine
 from harness.qemu.process import cpu_seconds
 from harness.virtio.virtio_pci import Transport
@@ -22,7 +22,7 @@ from harness.virtio.virtio_pci import Transport
 @dataclass(frozen=True)
 class Variant:
     """What one column of a bench measures: a QEMU binary, on one guest-memory path, with one
-    ``multidevs`` for its local exports."""
+    ``multidevs`` and one security model for its local exports."""
 
     binary: Path
     guest_memory: GuestMemoryMode = "shared"
@@ -31,13 +31,18 @@ class Variant:
     #: the local backend's multidevs option; None leaves it to the binary's default (remap since
     #: 10.0.0, warn before), an A/B of one binary against itself names both
     multidevs: Multidevs | None = None
+    #: the local backend's security model; None: the harness's default (LocalFs's)
+    security_model: SecurityModel | None = None
 
     def label(self) -> str:
         option = f", multidevs={self.multidevs}" if self.multidevs else ""
+        option += f", security_model={self.security_model}" if self.security_model else ""
         return f"{provision.probe_cached(self.binary).version} {self.guest_memory}{option} ({home(self.binary)})"
 
     def local(self, export: Path) -> LocalFs:
         """The local backend this variant exports ``export`` with."""
+        if self.security_model:
+            return LocalFs(export, self.security_model, multidevs=self.multidevs)
         return LocalFs(export, multidevs=self.multidevs)
 
 
