@@ -153,8 +153,9 @@ def test_the_matrix_tables_in_the_docs_are_the_matrix_output(record: Path) -> No
 
 
 def test_the_upstream_evidence_tables_are_the_commands_output() -> None:
-    """docs/upstream/README.md quotes the matrix of the patches and the bench of their locks:
-    each as ``python -m harness matrix|bench rtt --json`` printed it, printed again here."""
+    """docs/upstream/README.md quotes the matrix of the patches and the bench of their locks, and
+    listing-remap-cost.md its benches: each as ``python -m harness matrix|bench --json`` printed
+    it, printed again here."""
     from harness.tools.matrix import runs_text
 
     folder = PROJECT / "docs" / "upstream"
@@ -162,6 +163,9 @@ def test_the_upstream_evidence_tables_are_the_commands_output() -> None:
     for record in ("matrix-patches.json", "matrix-series.json", "matrix-tables.json", "matrix-rename.json"):
         assert runs_text(json.loads((folder / record).read_text())) in page, record
     assert report.text_of_json(folder / "bench-locks.json") in page
+    remap = (folder / "listing-remap-cost.md").read_text()
+    for record in ("bench-guest-listing.json", "bench-readdir-remap-patch-ab.json"):
+        assert report.text_of_json(PROJECT / "docs" / record) in remap, f"listing-remap-cost.md: paste {record}"
 
 
 @pytest.mark.parametrize("record", sorted((PROJECT / "docs").glob("guest-pjdfstest-*.json")), ids=lambda p: p.name)
