@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.case_path import case_path
+from fixtures.deviations import READDIR_BY_PATH_REASON
 from fixtures.expect import expect_rlerror
 from fixtures.model import SECURITY_MODELS
 from fixtures.place import Place
@@ -192,17 +193,7 @@ def test_readdir_on_a_file(place: Place, device: Device) -> None:
     p9.clunk(fid)
 
 
-#: the known bug of a listing by path under remap (docs/upstream/listing-remap-cost.md)
-READDIR_BY_PATH = (
-    "under multidevs=remap (the default since 10.0) v9fs_co_readdir_many() lstat()s each entry for its qid by "
-    "the fid's path and name, opening the directory again from the export root each time: once another "
-    "directory has the listed one's name, an entry the stream read is not found there and the Treaddir answers "
-    "ENOENT (and every listing pays for the walks: about 3 times the server time of an fstatat() relative to "
-    "the open directory)"
-)
-
-
-@pytest.mark.qemu_bug(fixed_in=(), when={"multidevs": "remap"}, reason=READDIR_BY_PATH, raises=P9Rlerror,
+@pytest.mark.qemu_bug(fixed_in=(), when={"multidevs": "remap"}, reason=READDIR_BY_PATH_REASON, raises=P9Rlerror,
                       upstream="listing-remap-cost")  # fmt: skip
 @case_path("readdir/after_host_swap/{security_model}/{multidevs}", backends=["local"],
            security_model=list(SECURITY_MODELS), multidevs=["warn", "remap"])  # fmt: skip
