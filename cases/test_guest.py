@@ -14,7 +14,7 @@ import pytest
 
 from fixtures.case_path import Shown, case_path
 from fixtures.deviations import LOCK_CONFLICT, READDIR_BY_PATH_REASON, RECLAIM_O_TRUNC, WSTAT_SYNC_EMPTY_REPLY
-from fixtures.guest import BY_NAME, CONFIGS, FULL_CONFIGS, PROGRAMS, Boot, problems
+from fixtures.guest import BY_NAME, CONFIGS, FULL_CONFIGS, PROGRAMS, Boot, problems, programs_for
 from harness.qemu import versions
 
 #: the programs that call fsync(2) (git's gc and commit-graph, sqlite's commits): on a 9P2000.u
@@ -27,10 +27,8 @@ assert tuple(c.name for c in FULL_CONFIGS if c.dialect == "9p2000.u") == DOTU
 
 
 def _not_run(program: str, config: str) -> bool:
-    """xattrs and ACLs on a 9P2000.u mount: the dialect has no xattr messages; and a program the
-    host changes things under, on a cache mode that lets Linux keep what it never revalidates."""
-    dotl_only = BY_NAME[program].dotl and config.startswith("u-")
-    return dotl_only or config.split("-")[1] not in BY_NAME[program].caches
+    """A program its configuration's boot does not run (:func:`fixtures.guest.programs_for`)."""
+    return BY_NAME[program] not in programs_for(next(c for c in FULL_CONFIGS if c.name == config))
 
 
 #: a 9P2000.u Tread of a directory stats each entry by the fid's path, under any multidevs

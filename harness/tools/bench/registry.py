@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.qemu.config import SECURITY_MODELS
+
 if TYPE_CHECKING:
     from harness.tools.bench.report import Table
     from harness.tools.bench.variant import Variant
@@ -86,7 +88,7 @@ def _multidevs(parser: argparse.ArgumentParser) -> None:
 
 def _security_model(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--security-model", choices=("passthrough", "mapped-xattr", "mapped-file", "none"), action="append",
+        "--security-model", choices=SECURITY_MODELS, action="append",
         help="the local export's security model (default mapped-xattr); repeat to compare, interleaved",
     )  # fmt: skip
 
