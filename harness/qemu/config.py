@@ -148,6 +148,8 @@ class MachineConfig:
     #: "shared": guest RAM is a memfd the harness maps too (Machine.guest_ram); "qtest": every guest
     #: memory access goes over the qtest socket. Callers choose with :func:`guest_memory`.
     guest_memory: GuestMemoryMode = field(default_factory=default_guest_memory)
+    #: the fault injector's library (harness/fault), preloaded into QEMU; None: QEMU runs as built
+    injector: Path | None = None
 
     def device_opts(self) -> list[tuple[str, str]]:
         opts = [("id", DEVICE_ID), ("fsdev", "fsdev0"), ("mount_tag", self.mount_tag), ("addr", self.pci_addr)]

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from harness.errors import HarnessMisuse, QEMUError, QEMUExited, QEMUStartError, QTestError, QTestTimeout
-from harness.qemu.config import DEVICE_ID, MachineConfig, Resources
+from harness.fault.control import Injector
+from harness.qemu.config import DEVICE_ID, LocalFs, MachineConfig, Resources
 from harness.qemu.process import cpu_seconds, die_with_parent, listen, writes_coverage
 from harness.qemu.qtest import QTest
 from harness.qemu.sanitizers import sanitizer_env
@@ -96,6 +97,8 @@ class Machine:
         self.stopped_by_harness = False
         #: True once QEMU was alive but did not answer qtest in time (wedged or stopped).
         self.unresponsive = False
+        #: the fault injector's control block, when the config preloads it (harness/fault)
+        self.injector: Injector | None = None
 
     # -- life cycle -----------------------------------------------------------------------------
 
@@ -161,6 +164,10 @@ class Machine:
         if ram_fd is not None:
             self.argv = self.config.argv(Path(QTEST_SOCKET), Path(QMP_SOCKET), ram_fd)
         log.debug("launch in %s: %s", self._dir, " ".join(self.argv))
+        if self.config.injector is not None:
+            if not isinstance(self.config.fs, LocalFs):
+                raise HarnessMisuse("the fault injector aims at the local backend's host calls: no synth")
+            self.injector = Injector.create(self._dir, self.config.fs.path)
         parent = os.getpid()
         with open(self.log_path, "wb") as out:
             try:
@@ -194,9 +201,17 @@ class Machine:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=lambda: die_with_parent(parent, self.config.nofile),
-            env={**sanitizer_env(self.config.binary), **os.environ},
+            env=self._env(),
             pass_fds=(ram_fd,) if ram_fd is not None else (),
         )
+
+    def _env(self) -> dict[str, str]:
+        env = {**sanitizer_env(self.config.binary), **os.environ}
+        if self.injector is not None and self.config.injector is not None:
+            env.update(self.injector.env(self.config.injector))
+            # an ASan build wants its runtime first in the library list: the injector's comes first
+            env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
+        return env
 
     def _connect(self) -> None:
         if self._qtest_listener is None or self._qmp_listener is None:
@@ -308,6 +323,8 @@ class Machine:
             self._qmp_socket = None
 
     def _remove_dir(self) -> None:
+        if self.injector is not None:
+            self.injector.close()
         if self._dir.exists():
             self._saved_log = self.output_text()
         self._dir_removal()
