@@ -151,7 +151,7 @@ class Injector:
         if fault is not None:
             mode |= MODE_SHORT if fault.short is not None else MODE_FAIL
             aim = {"err": fault.errno, "nth": fault.nth, "short_len": fault.short or 0, "call": fault.call,
-                   "path": str(self.root / fault.path) if fault.path else ""}  # fmt: skip
+                   "path": os.path.normpath(self.root / fault.path) if fault.path else ""}  # fmt: skip
         block = {"magic": MAGIC, "mode": 0, "seen": 0, "fired": 0, "root": str(self.root), **aim}
         self._block[: CONTROL.sizeof()] = CONTROL.build(block)
         self._set(MODE_AT, mode)  # last: the library reads the rest once it sees a mode

@@ -97,6 +97,34 @@ static void join(char *out, size_t size, const char *name)
     }
 }
 
+/* `path` with its "." and ".." components resolved by name (as QEMU's own paths never need) */
+static void normalize(char *path)
+{
+    char *read = path, *write = path;
+    while (*read) {
+        while (*read == '/') {
+            read++;
+        }
+        char *end = strchrnul(read, '/');
+        size_t length = (size_t)(end - read);
+        if (length == 1 && read[0] == '.') {
+            /* nothing */
+        } else if (length == 2 && read[0] == '.' && read[1] == '.') {
+            while (write > path && *--write != '/') {
+            }
+        } else if (length) {
+            *write++ = '/';
+            memmove(write, read, length);
+            write += length;
+        }
+        read = end;
+    }
+    if (write == path) {
+        *write++ = '/';
+    }
+    *write = '\0';
+}
+
 /* the host path a call names by directory descriptor and name (or "/proc/self/fd/N/name") */
 static void at_path(int dirfd, const char *name, char *out, size_t size)
 {
@@ -122,6 +150,7 @@ static void at_path(int dirfd, const char *name, char *out, size_t size)
         }
         join(out, size, name);
     }
+    normalize(out);
 }
 
 static int under_root(const char *path)
@@ -461,6 +490,49 @@ ssize_t pwritev64(int fd, const struct iovec *iov, int count, off_t offset)
 }
 
 ssize_t pwritev(int, const struct iovec *, int, off_t) __attribute__((alias("pwritev64")));
+
+/* the same calls with flags (the C library's readers may take these: CPython's os.preadv does) */
+#define TRANSFER2(call, name)                                                                       \
+    uint32_t armed_mode = __atomic_load_n(&ctl->mode, __ATOMIC_ACQUIRE);                            \
+    if (armed_mode == 0) {                                                                          \
+        return real_##name(fd, iov, count, offset, flags);                                          \
+    }                                                                                               \
+    struct armed a = {.mode = armed_mode};                                                          \
+    FD(fd);                                                                                         \
+    a.verdict = decide(call, &a);                                                                   \
+    if (a.verdict == FAIL) {                                                                        \
+        note(call, &a, -1, ctl->err);                                                               \
+        errno = ctl->err;                                                                           \
+        return -1;                                                                                  \
+    }                                                                                               \
+    ssize_t value;                                                                                  \
+    if (a.verdict == SHORT) {                                                                       \
+        struct iovec cut[IOV_MAX];                                                                  \
+        int kept = shortened(iov, count, ctl->short_len, cut);                                      \
+        value = kept ? real_##name(fd, cut, kept, offset, flags) : 0;                               \
+    } else {                                                                                        \
+        value = real_##name(fd, iov, count, offset, flags);                                         \
+    }                                                                                               \
+    int saved = errno;                                                                              \
+    note(call, &a, value, value < 0 ? saved : 0);                                                   \
+    errno = saved;                                                                                  \
+    return value;
+
+ssize_t preadv64v2(int fd, const struct iovec *iov, int count, off_t offset, int flags)
+{
+    REAL_OF(ssize_t, preadv64v2, int, const struct iovec *, int, off_t, int)
+    TRANSFER2("preadv", preadv64v2)
+}
+
+ssize_t preadv2(int, const struct iovec *, int, off_t, int) __attribute__((alias("preadv64v2")));
+
+ssize_t pwritev64v2(int fd, const struct iovec *iov, int count, off_t offset, int flags)
+{
+    REAL_OF(ssize_t, pwritev64v2, int, const struct iovec *, int, off_t, int)
+    TRANSFER2("pwritev", pwritev64v2)
+}
+
+ssize_t pwritev2(int, const struct iovec *, int, off_t, int) __attribute__((alias("pwritev64v2")));
 
 int fsync(int fd)
 {
