@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 from harness.errors import HarnessError, ProvisionError
+from harness.fault.control import Armed, Fault, HostCall, Injector
 from harness.guest import initramfs
 from harness.guest.kernel import Kernel
 from harness.qemu import process
@@ -97,6 +98,8 @@ class Run:
     moments: list[Moment] = field(default_factory=list)
     #: what QEMU printed (its warnings: a descriptor chain it refused ...)
     qemu_log: str = ""
+    #: the host calls an armed fault failed (harness/fault), in order
+    injected: list[HostCall] = field(default_factory=list)
 
     def between(self, first: str, last: str) -> tuple[float, float, float]:
         """Seconds, vCPU CPU and other CPU from the progress mark ``first`` to ``last``."""
@@ -264,12 +267,15 @@ def run(
     trace: bool = True,
     nofile: int | None = None,
     files: Mapping[str, bytes] | None = None,
+    fault: tuple[Path, Fault] | None = None,
 ) -> Run:
     """Boot, mount ``mounts`` of the export, run ``script`` (bash, cwd /tmp; the export at each
     mount's ``where``, a tmpfs at /tmp/local; ``progress TEXT`` says on the console what it is
     doing, for a run that hangs), and collect (see :class:`Run`). ``nofile``: QEMU's
     RLIMIT_NOFILE, from which 9pfs sizes its descriptor budget (fids beyond it are reclaimed).
-    ``files``: more files for the guest's root (path -> bytes, executable), such as a test suite."""
+    ``files``: more files for the guest's root (path -> bytes, executable), such as a test suite.
+    ``fault``: the fault injector's library and a fault (harness/fault), armed from QEMU's start
+    to its end; the run's ``injected`` holds the host calls it failed."""
     chosen = choose_accel(binary, kernel, cache, accel)
     image = initramfs.build(kernel, cache)
     # removed in the finally below, or else at interpreter exit (TemporaryDirectory's finalizer)
@@ -294,12 +300,18 @@ def run(
         for attempt in range(BOOT_ATTEMPTS):
             (workdir / "console").unlink(missing_ok=True)
             start = time.monotonic()
-            with open(workdir / "qemu.log", "wb") as log:
+            injector = Injector.create(workdir, fs.path) if fault is not None else None
+            armed = injector.armed(fault[1]) if injector is not None and fault is not None else contextlib.nullcontext()
+            with open(workdir / "qemu.log", "wb") as log, armed as seen:
                 qemu = subprocess.Popen(
                     argv(binary, kernel, initrd, fs, chosen, workdir, trace, tags),
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_dies_with_us(nofile),
+                    env={**os.environ, **injector.env(fault[0])} if injector is not None and fault else None,
                 )  # fmt: skip
                 exit_status, moments = _wait(qemu, workdir / "console", start, timeout + BOOT_ALLOWANCE)
+            injected = [call for call in seen.calls if call.done] if isinstance(seen, Armed) else []
+            if injector is not None:
+                injector.close()
             if moments or exit_status is not None or attempt == BOOT_ATTEMPTS - 1:
                 break
             log_.warning("the guest printed nothing in %.0f s (its boot hung): booting it again", BOOT_ALLOWANCE)
@@ -321,7 +333,7 @@ def run(
             mounted_after=next((m.seconds for m in moments if m.mark.startswith("MOUNTED")), None),
             moments=moments, qemu_log=(workdir / "qemu.log").read_text(errors="replace"),
             seconds=seconds, qemu_exit=exit_status, accel=chosen, failures=failures, timed_out="TIMEOUT" in marks,
-            progress=marks["PROGRESS"],
+            progress=marks["PROGRESS"], injected=injected,
         )  # fmt: skip
     finally:
         if qemu is not None and qemu.poll() is None:

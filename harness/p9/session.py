@@ -383,6 +383,11 @@ class Session(Shorthands):
                 return tag
         raise P9StateError("all 65535 tags are in use")
 
+    def note_fault(self, fault: str) -> None:
+        """The next request runs with a host call failing (harness/fault; ``fault`` as its Fault
+        writes it): the trace says so, and a reproducer arms it again."""
+        self.history.append(Record(time.monotonic(), Direction.FAULT, None, b"", None, note=fault))
+
     def call_before_next_send(self, hook: Callable[[], None]) -> None:
         """Run ``hook`` once, just before the next request is sent (a fixture snapshots the host
         files a case made before its first request)."""

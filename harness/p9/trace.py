@@ -47,6 +47,8 @@ BATCH_BEGIN, BATCH_END = "batch: one kick", "end of batch"
 WHOLE_WALK = "<== every name walked, or an error"
 #: a reply that must be an error, whichever (Rlerror or Rerror)
 ANY_ERROR = "<== an error (any errno)"
+#: after a field's value: an error reply will do too
+OR_ERROR = ", or an error"
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,9 @@ class Expectation:
     equals: int | bytes | None = None
     #: any error reply will do (the case names no errno), success or no reply will not
     any_error: bool = False
+    #: with a field's value: an error reply will do as well (a request whose host call failed may
+    #: refuse, or answer the field right: ``<== mode equal to 33188, or an error``)
+    or_error: bool = False
 
     def line(self) -> str:
         if self.whole_walk:
@@ -77,7 +82,7 @@ class Expectation:
             return ANY_ERROR
         if self.equals is not None:
             shown = f"hex:{self.equals.hex()}" if isinstance(self.equals, bytes) else str(self.equals)
-            return f"<== {self.field} equal to {shown}"
+            return f"<== {self.field} equal to {shown}" + (OR_ERROR if self.or_error else "")
         if self.errno is None:
             return f"<== {self.field} at most {self.at_most}"
         if self.anything_but:
@@ -96,8 +101,10 @@ class Expectation:
             return cls(int(line.rsplit("(", 1)[1].rstrip(")")), anything_but=True)
         if " equal to " in line:
             field, value = line[4:].split(" equal to ", 1)
+            or_error = value.endswith(OR_ERROR)
+            value = value.removesuffix(OR_ERROR)
             equals = bytes.fromhex(value[4:]) if value.startswith("hex:") else int(value)
-            return cls(field=field.strip(), equals=equals)
+            return cls(field=field.strip(), equals=equals, or_error=or_error)
         if " at most " in line:
             field, bound = line[4:].split(" at most ")
             return cls(field=field.strip(), at_most=int(bound))
@@ -117,6 +124,9 @@ class Direction(enum.StrEnum):
     NOT_SENT = "-x-"
     #: requests sent together, in one kick (``session.batch()``): a begin and an end record
     BATCH = "==="
+    #: the next request ran with a host call failing (harness/fault): its note is the fault as
+    #: ``Fault`` writes it, and replay arms it again around that request
+    FAULT = "# fault:"
 
 
 class Record(NamedTuple):
@@ -130,7 +140,7 @@ class Record(NamedTuple):
     note: str = ""
 
     def line(self, start: float) -> str:
-        if self.direction is Direction.BATCH:
+        if self.direction in (Direction.BATCH, Direction.FAULT):
             return f"{(self.time - start) * 1000:9.3f} ms {self.direction} {self.note}"
         what = self.note or (str(self.message) if self.message else f"raw {self.frame[:32].hex()}")
         where = f" head={self.head}" if self.head is not None else ""
@@ -154,8 +164,8 @@ def write_reproducer(
     for index, record in enumerate(records):
         if record.direction is Direction.NOT_SENT:
             continue
-        if record.direction is Direction.BATCH:  # replay sends what is between them in one kick
-            lines.append(f"{Direction.BATCH} {record.note}")
+        if record.direction in (Direction.BATCH, Direction.FAULT):  # a kick's bounds; a fault's request
+            lines.append(f"{record.direction} {record.note}")
             continue
         shown = str(record.message) if record.message else ""
         body = record.frame.hex() if record.frame else f"(empty,tag={record.tag})"
@@ -190,6 +200,8 @@ class Step:
     in_line: bool = False
     #: which batch (one kick) the request went out in, counted from 1; 0 for none
     batch: int = 0
+    #: the host call that failed while it ran (its ``# fault:`` line; harness/fault), "" for none
+    fault: str = ""
 
 
 def _awaiting(steps: list[Step], tag: int) -> int:
@@ -327,16 +339,19 @@ def read_reproducer(path: Path) -> tuple[dict[str, str], list[Step]]:
 def _parse(lines: list[str]) -> tuple[dict[str, str], list[Step]]:
     header: dict[str, str] = {}
     steps: list[Step] = []
-    last_answered, depth, batches = -1, 0, 0
+    last_answered, depth, batches, fault = -1, 0, 0, ""
     for number, line in enumerate(lines, start=2):
-        if line.startswith("# ") and ": " in line:
+        if line.startswith(f"{Direction.FAULT} "):  # on the request that follows
+            fault = line[len(Direction.FAULT) + 1 :]
+        elif line.startswith("# ") and ": " in line:
             key, value = line[2:].split(": ", 1)
             header[key] = value
         elif line.startswith(f"{Direction.BATCH} "):  # nested batches are one kick: the outermost counts
             depth += 1 if line.endswith(BATCH_BEGIN) else -1
             batches += line.endswith(BATCH_BEGIN) and depth == 1
         elif line.startswith("--> "):
-            steps.append(Step(bytes.fromhex(line.split()[1]), None, batch=batches if depth else 0))
+            steps.append(Step(bytes.fromhex(line.split()[1]), None, batch=batches if depth else 0, fault=fault))
+            fault = ""
             last_answered = -1  # an expectation right after a request is on that request (no reply came)
         elif line.startswith("<-- ") and steps:
             field = line.split()[1]

@@ -9,6 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.fault.control import Fault
+from harness.fault.library import preload_library
 from harness.guest import kernel as kernels
 from harness.qemu import provision
 from harness.qemu.config import SECURITY_MODELS, LocalFs
@@ -46,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run pjdfstest's .t files on the mount (COMMAND: those named, e.g. chmod/00 or rename; "
                         "default all) and print those that failed")  # fmt: skip
     parser.add_argument("--json", help="with --pjdfstest: every .t's result to this file")
+    parser.add_argument("--fault", metavar="SPEC",
+                        help="QEMU runs with the fault injector, this fault armed from its start: 'call=fstatat nth=2 "
+                        "errno=EIO path=d/new' (path relative to the export; docs/fault.md)")  # fmt: skip
 
 
 def guest(args: argparse.Namespace) -> int:
@@ -65,8 +70,10 @@ def guest(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="v9p-guest-export-") as scratch:
         export = Path(args.export) if args.export else Path(scratch)
         fs = LocalFs(export.absolute(), args.security_model, args.multidevs, args.readonly)
+        fault = (preload_library(cache), Fault.parse(args.fault)) if args.fault else None
         run = vm.run(binary, kernel, fs, script, cache=cache, mounts=(mount,), accel=args.accel,
-                     timeout=args.timeout, trace=bool(args.trace), nofile=args.nofile, files=extra)  # fmt: skip
+                     timeout=args.timeout, trace=bool(args.trace), nofile=args.nofile, files=extra,
+                     fault=fault)  # fmt: skip
     verdict = None
     if args.pjdfstest:
         taps = guest_pjdfstest.results(run.stdout.decode(errors="replace"))
@@ -86,6 +93,9 @@ def guest(args: argparse.Namespace) -> int:
         Path(args.trace).write_text(run.trace)
     for failure in run.failures:
         print(f"guest: {failure}", file=sys.stderr)
+    if fault is not None:
+        made = ", ".join(str(call) for call in run.injected) or "none: the call was not made that often"
+        print(f"guest: fault {fault[1]}: injected {made}", file=sys.stderr)
     mounted = f"{run.mounted_after:.1f} s" if run.mounted_after is not None else "never"
     print(f"guest: {kernel.release} on {binary} ({run.accel}): mounted after {mounted}, "
           f"{run.seconds:.1f} s in all, status {run.status}", file=sys.stderr)  # fmt: skip

@@ -12,6 +12,11 @@ types; a value must be of its field's type (``wnames='a'`` is refused: Names is 
 sends any bytes; ``reset`` resets the device and starts a new session (after a frame that broke
 it); ``save FILE`` writes the session so far as a reproducer that ``python -m harness replay``
 accepts (into an existing directory). ``fids``, ``trace``, ``quit``; Ctrl-C abandons the line.
+
+On the local backend QEMU runs with the fault injector (harness/fault): ``fault call=openat
+errno=EIO nth=2 [path=d/f]`` (or ``short=N`` for preadv and pwritev) makes the next message's
+``nth`` such host call fail, and ``calls`` shows the next message's host calls; a saved
+reproducer arms the fault again on replay.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.fault.calls import CALLS
+from harness.fault.control import Fault, Injector
 from harness.p9 import wire
 from harness.p9.session import Session
 from harness.p9.trace import write_reproducer
@@ -79,14 +86,21 @@ def wrong_type(name: str, field: str, value: Any) -> str | None:
 class Repl(cmd.Cmd):
     prompt = "9p> "
     intro = (
-        "9P2000.L over virtio-9p: a message (Tab completes; help Twalk), raw HEX, reset, save FILE, fids, trace, quit."
+        "9P2000.L over virtio-9p: a message (Tab completes; help Twalk), raw HEX, reset, save FILE, fids, trace, "
+        "quit; on --backend local: fault SPEC, calls (the next message's host calls)."
     )
 
     def __init__(
-        self, session: Session, header: dict[str, str] | None = None, reset: Callable[[], Session] | None = None
-    ) -> None:
+        self, session: Session, header: dict[str, str] | None = None, reset: Callable[[], Session] | None = None,
+        injector: Injector | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
         self.session = session
+        #: the fault injector of QEMU (local backend), and what the next message runs with: a
+        #: fault, or (None) its host calls only recorded; nothing pending: sent as it is
+        self.injector = injector
+        self.next_fault: Fault | None = None
+        self.next_armed = False
         #: what ``save`` writes at the top of a reproducer (backend, transport, the QEMU)
         self.header = header or {}
         #: resets the device and returns a new, attached session
@@ -137,7 +151,19 @@ class Repl(cmd.Cmd):
                 return
             request = wire.lookup(name)(**fields)
             assert isinstance(request, wire.TMessage)
-            self._show(self.session.send(request, tag=tag).wait())
+            if not self.next_armed or self.injector is None:
+                self._show(self.session.send(request, tag=tag).wait())
+                return
+            fault, self.next_fault, self.next_armed = self.next_fault, None, False
+            if fault is not None:
+                self.session.note_fault(str(fault))
+            with self.injector.armed(fault) as seen:
+                reply = self.session.send(request, tag=tag).wait()
+            self._show(reply)
+            for call in seen.calls:
+                print(f"    host: {call}")
+            if fault is not None and not seen.fired:
+                print(f"    (the fault {fault} did not fire: that call was not made {fault.nth} time(s))")
         except (HarnessError, ValueError, SyntaxError, TypeError) as err:
             print(f"error: {err}")
 
@@ -161,6 +187,30 @@ class Repl(cmd.Cmd):
             print(f"<-- buffer returned empty (used {reply.used_len})")
         else:
             print(f"<-- {reply.message}")
+
+    def do_fault(self, arg: str) -> None:
+        """fault call=NAME [nth=K] [errno=ENAME | short=BYTES] [path=P]: the next message runs with
+        its nth such host call failing (host calls: harness/fault/calls.py)."""
+        if self.injector is None:
+            print("no fault injector: QEMU runs it on the local backend only (--backend local)")
+            return
+        try:
+            fault = Fault.parse(arg)
+        except HarnessError as err:
+            print(f"error: {err}")
+            return
+        if fault.call not in CALLS:
+            print(f"no host call {fault.call!r}; one of: {' '.join(CALLS)}")
+            return
+        self.next_fault, self.next_armed = fault, True
+        print(f"the next message runs with {fault}")
+
+    def do_calls(self, arg: str) -> None:
+        """calls: show the host calls the next message makes."""
+        if self.injector is None:
+            print("no fault injector: QEMU runs it on the local backend only (--backend local)")
+            return
+        self.next_fault, self.next_armed = None, True
 
     def do_raw(self, arg: str) -> None:
         """raw HEX: send these bytes as one request"""
@@ -241,13 +291,18 @@ class Repl(cmd.Cmd):
 
 def repl(binary: Path, backend: str, export: str | None, transport: str) -> int:
     """Start a QEMU (on local: exporting ``export``, or a new empty directory removed afterwards)."""
+    import dataclasses
+
+    from harness.fault.library import preload_library
     from harness.qemu.config import LocalFs, SynthFs
-    from harness.qemu.provision import usable_config
+    from harness.qemu.provision import cache_root, usable_config
     from harness.tools.connect import connect
 
     scratch = Path(tempfile.mkdtemp(prefix="v9p-repl-")) if backend == "local" and not export else None
     fs = LocalFs(Path(export) if export else scratch) if backend == "local" else SynthFs()  # type: ignore[arg-type]
     config, probe = usable_config(binary, fs, transport)
+    if isinstance(fs, LocalFs):  # the fault and calls commands
+        config = dataclasses.replace(config, injector=preload_library(cache_root()))
     header = {"backend": fs.kind, "transport": transport, "qemu": str(binary), "qemu-version": probe.version}
     try:
         with connect(config) as conn:
@@ -265,7 +320,7 @@ def repl(binary: Path, backend: str, export: str | None, transport: str) -> int:
                 conn.session.attach(0)
                 return conn.session
 
-            Repl(conn.session, header, reset).cmdloop()
+            Repl(conn.session, header, reset, machine.injector).cmdloop()
             conn.session.close(check=False)
     finally:
         if scratch:

@@ -47,6 +47,8 @@ from harness.errors import (
     ReproducerError,
 )
 from harness.errors import describe_status as describe_exit
+from harness.fault.control import Fault
+from harness.fault.library import preload_library
 from harness.p9 import wire
 from harness.p9.messages import Rerror, Rlerror
 from harness.p9.session import Pending, Reply
@@ -155,6 +157,8 @@ def _differs(step: Step, frame: bytes | None, local: bool, died: bool, only_expe
             return None
         return f"expected an error, got {_shown(frame)}"
     if wanted is not None and wanted.equals is not None:  # a field's value
+        if wanted.or_error and _errno_of(frame) is not None:
+            return None
         value = _field(_decoded(frame), wanted.field)
         if value == wanted.equals:
             return None
@@ -212,7 +216,7 @@ def _verdict(path: Path, explicit: str | None, timeout: float, attempts: int | N
         return UNREADABLE
     try:
         binary, source = _binary(explicit, header)
-        config = _config(binary, header)
+        config = _config(binary, header, faults=any(step.fault for step in steps))
     except ProvisionError as err:
         print(f"this binary cannot test the reproducer: {err}")
         return UNTESTABLE
@@ -224,7 +228,8 @@ def _verdict(path: Path, explicit: str | None, timeout: float, attempts: int | N
         return _replay_in(path, header, steps, config, timeout)
     tries = attempts or _attempts(header["race"])
     for attempt in range(1, tries + 1):
-        verdict = _replay_in(path, header, steps, config if attempt == 1 else _config(binary, header), timeout, True)
+        again = config if attempt == 1 else _config(binary, header, faults=config.injector is not None)
+        verdict = _replay_in(path, header, steps, again, timeout, True)
         if verdict != ABSENT:
             what = "showed" if verdict == PRESENT else "could not be judged"
             print(f"the bug (seen in some runs only) {what} at attempt {attempt} of {tries}")
@@ -263,7 +268,9 @@ def _binary(explicit: str | None, header: dict[str, str]) -> tuple[Path, str]:
     return provision.find_qemu(None)
 
 
-def _config(binary: Path, header: dict[str, str]) -> MachineConfig:
+def _config(binary: Path, header: dict[str, str], faults: bool = False) -> MachineConfig:
+    """The QEMU the reproducer ran on; with ``faults`` (a step has a ``# fault:`` line), with the
+    fault injector preloaded (harness/fault)."""
     fs: FsConfig
     if header.get("backend") == "local":
         options = dict(item.split("=", 1) for item in header.get("fsdev", "").split(",") if "=" in item)
@@ -294,6 +301,10 @@ def _config(binary: Path, header: dict[str, str]) -> MachineConfig:
         raise ProvisionError(f"{binary} has no qtest accelerator, so no synth test tree, which this reproducer walks")
     if header.get("nofile"):  # the case's RLIMIT_NOFILE for QEMU: 9pfs sizes its fd reclaim from it
         config = dataclasses.replace(config, nofile=int(header["nofile"]))
+    if faults:
+        if not isinstance(fs, LocalFs):
+            raise ReproducerError("it arms host faults, which only the local backend makes")
+        config = dataclasses.replace(config, injector=preload_library(provision.cache_root()))
     return config
 
 
@@ -330,6 +341,13 @@ def _judge(conn: Connection, steps: list[Step], local: bool, recorded_death: str
     try:
         for group in _groups(steps):
             # a batch goes out as recorded, in one kick; other requests one by one
+            if group[0][1].fault:  # a request with a host call failing: armed while it runs
+                index, step = group[0]
+                with _armed(conn, step.fault):
+                    frame = _reply(conn.session.send_raw(step.request), timeout)
+                if (difference := _differs(step, frame, local, died, only_expected(index))) is not None:
+                    return _verdict_present(index, step, difference)
+                continue
             with conn.session.batch() if group[0][1].batch else contextlib.nullcontext():
                 sent = []
                 for index, step in group:
@@ -367,6 +385,14 @@ def _judge(conn: Connection, steps: list[Step], local: bool, recorded_death: str
     else:
         print(f"no difference: {counted}")
     return ABSENT
+
+
+def _armed(conn: Connection, fault: str) -> contextlib.AbstractContextManager[object]:
+    """The injector of the replay's QEMU armed with a step's fault (its ``# fault:`` line)."""
+    injector = conn.machine.injector
+    if injector is None:
+        raise ReproducerError("a step arms a host fault, and this QEMU runs without the injector")
+    return injector.armed(Fault.parse(fault))
 
 
 def _groups(steps: list[Step]) -> list[list[tuple[int, Step]]]:
