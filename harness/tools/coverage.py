@@ -129,6 +129,40 @@ def never_run(counts: dict[str, Any]) -> dict[str, list[str]]:
     return found
 
 
+#: why a branch of hw/9pfs no case takes is not taken, by the source line it is on (the first rule
+#: that matches); a branch no rule explains is "not reached yet"
+BRANCH_REASONS: tuple[tuple[str, str], ...] = (
+    (r"\bassert\(|g_assert|g_assert_not_reached|abort\(\)", "an assertion that held (failing it is the bug)"),
+    (r"\btrace_|_trace\(|TRACE_", "a trace event off in these runs"),
+    (r"\bg_(malloc|new|try_malloc|realloc|strdup)|\bg_new0?\(", "QEMU's allocator, which never returns NULL"),
+    (
+        r"\bfgets\(|fprintf\(|fclose\(|fdopen\(|fileno\(",
+        "stdio inside the C library, which the injector does not reach",
+    ),
+    (r"\bfcntl\(|\bdirfd\(|\blseek|telldir|seekdir|rewinddir", "a C library call the injector does not wrap"),
+    (r"xen|XEN", "the Xen transport (no virtio)"),
+    (r"proxy|PROXY", "the proxy backend (gone upstream)"),
+    (r"O_PATH|CONFIG_DARWIN|CONFIG_FREEBSD|__APPLE__", "another host"),
+    (r"synth", "the synth backend's own test tree"),
+)
+
+
+def untaken(counts: dict[str, Any], tree: Path) -> dict[str, list[str]]:
+    """Each branch no case took, as ``file:line``, grouped by :data:`BRANCH_REASONS` (the rest:
+    "not reached yet")."""
+    grouped: dict[str, list[str]] = {}
+    for file in counts["files"]:
+        source = (tree / file["file"]).read_text(errors="replace").splitlines()
+        for entry in file["lines"]:
+            missed = sum(1 for branch in entry.get("branches", []) if branch.get("count", 0) == 0)
+            if not missed:
+                continue
+            text = source[entry["line_number"] - 1] if entry["line_number"] <= len(source) else ""
+            reason = next((why for pattern, why in BRANCH_REASONS if re.search(pattern, text)), "not reached yet")
+            grouped.setdefault(reason, []).extend([f"{file['file']}:{entry['line_number']}"] * missed)
+    return grouped
+
+
 def diff_rows(build: qemu_build.Build, counts: dict[str, Any], base: str) -> list[tuple[str, int, int, str]]:
     """Per file of the patch: changed executable lines covered, of how many."""
     changed = changed_lines(source_tree(build), base)
@@ -176,4 +210,14 @@ def coverage(origin: str, selection: list[str], html: str | None, diff: str | No
     print("functions never entered:")
     for name, functions in unentered.items():
         print(f"  {name}: {', '.join(functions)}")
+    grouped = untaken(counts, source_tree(build))
+    print(f"branches never taken, by why ({sum(len(v) for v in grouped.values())}):")
+    print(tabulate([[why, len(where), ", ".join(sorted(set(where), key=_line_order)[:6])]
+                    for why, where in sorted(grouped.items(), key=lambda item: -len(item[1]))],
+                   headers=("why", "branches", "for example"), tablefmt="github"))  # fmt: skip
     return status
+
+
+def _line_order(where: str) -> tuple[str, int]:
+    name, _, line = where.rpartition(":")
+    return name, int(line)
