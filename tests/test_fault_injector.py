@@ -59,7 +59,7 @@ def injector(tmp_path: Path) -> Iterator[Injector]:
 
 
 def _run(injector: Injector, library: Path) -> list[str]:
-    env = {**os.environ, **injector.env(library)}
+    env = injector.env(library, dict(os.environ))
     done = subprocess.run([sys.executable, "-c", CHILD, str(injector.root)], env=env, capture_output=True,
                           text=True, check=True, timeout=60)  # fmt: skip
     result: list[str] = json.loads(done.stdout)

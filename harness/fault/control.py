@@ -54,6 +54,19 @@ class Fault:
     path: str = ""
     short: int | None = None
 
+    def __post_init__(self) -> None:
+        from harness.fault.calls import CALLS
+
+        kind = CALLS.get(self.call)
+        if kind is None:
+            raise HarnessMisuse(f"no host call {self.call!r} is wrapped; one of: {' '.join(CALLS)}")
+        if self.nth < 1 or (self.short is None and self.errno <= 0):
+            raise HarnessMisuse(f"{self}: nth counts from 1, and an errno is above 0")
+        if self.short is not None and (self.short < 0 or not kind.transfers):
+            raise HarnessMisuse(f"{self}: only a call that moves data can be cut short, by 0 bytes or more")
+        if len(self.call) >= NAME_FIELD or len(self.path.encode()) >= PATH_FIELD // 2:
+            raise HarnessMisuse(f"{self}: the call's name or the path is too long for the control block")
+
     def __str__(self) -> str:
         code = errno.errorcode.get(self.errno, str(self.errno))
         what = f"short={self.short}" if self.short is not None else f"errno={code}"
@@ -63,8 +76,8 @@ class Fault:
     @classmethod
     def parse(cls, text: str) -> Fault:
         """The fault :meth:`__str__` wrote (a reproducer's ``# fault:`` line)."""
-        fields = dict(part.split("=", 1) for part in text.split())
         try:
+            fields = dict(part.split("=", 1) for part in text.split())
             code = fields.get("errno", "EIO")
             number = int(code) if code.isdigit() else getattr(errno, code)
             short = int(fields["short"]) if "short" in fields else None
@@ -123,10 +136,22 @@ class Injector:
         made._set(MODE_AT, 0)
         return made
 
-    def env(self, library: Path) -> dict[str, str]:
-        """What QEMU runs with for the library to find this block."""
-        return {"LD_PRELOAD": str(library), "V9P_FAULT_CTL": str(self.directory / CONTROL_FILE),
-                "V9P_FAULT_LOG": str(self.directory / LOG_FILE)}  # fmt: skip
+    def env(self, library: Path, base: dict[str, str]) -> dict[str, str]:
+        """``base`` (QEMU's environment) and what it adds for the library to find this block. An
+        ASan build wants its runtime first in the library list: the injector's comes first."""
+        asan = base.get("ASAN_OPTIONS", "")
+        return {**base, "LD_PRELOAD": str(library), "V9P_FAULT_CTL": str(self.directory / CONTROL_FILE),
+                "V9P_FAULT_LOG": str(self.directory / LOG_FILE),
+                "ASAN_OPTIONS": f"{asan}:verify_asan_link_order=0" if asan else "verify_asan_link_order=0"}  # fmt: skip
+
+    @staticmethod
+    def loaded_in(pid: int, library: Path) -> bool:
+        """Whether the process ``pid`` has the library mapped (the dynamic loader only warns when
+        a preload cannot be loaded: QEMU would run, and no call would ever be seen)."""
+        try:
+            return str(library) in Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            return False
 
     @contextlib.contextmanager
     def armed(self, fault: Fault | None = None) -> Iterator[Armed]:

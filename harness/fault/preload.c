@@ -4,9 +4,10 @@
  * It wraps the C library calls QEMU's local 9p backend makes on the host (the list is
  * harness/fault/calls.py's CALLS, under the same names) and reads one control block that the
  * harness maps too (harness/fault/control.py declares its layout; the two are checked against
- * each other by tests/test_fault.py).  Disarmed (mode 0), a wrapped call costs one load before
+ * each other by tests/test_fault_injector.py).  Disarmed (mode 0), a wrapped call costs one load before
  * the real call.  Armed, a call on a host path under the control block's root:
- *   - is written to the log, one line per call: thread, call, result, errno, path, "injected";
+ *   - is written to the log, one line per call: thread, call, result, errno, path, and "injected"
+ *     or "short" for the call the injector changed;
  *   - when it is the call named (or any call, for an empty name) on the path named (or any
  *     path under the root, for an empty one), the nth such call since arming fails with the
  *     errno given, without the real call being made, or, in short mode, transfers at most

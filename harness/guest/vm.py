@@ -306,7 +306,7 @@ def run(
                 qemu = subprocess.Popen(
                     argv(binary, kernel, initrd, fs, chosen, workdir, trace, tags),
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_dies_with_us(nofile),
-                    env={**os.environ, **injector.env(fault[0])} if injector is not None and fault else None,
+                    env=injector.env(fault[0], dict(os.environ)) if injector is not None and fault else None,
                 )  # fmt: skip
                 exit_status, moments = _wait(qemu, workdir / "console", start, timeout + BOOT_ALLOWANCE)
             injected = [call for call in seen.calls if call.done] if isinstance(seen, Armed) else []

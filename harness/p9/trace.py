@@ -343,6 +343,7 @@ def _parse(lines: list[str]) -> tuple[dict[str, str], list[Step]]:
     for number, line in enumerate(lines, start=2):
         if line.startswith(f"{Direction.FAULT} "):  # on the request that follows
             fault = line[len(Direction.FAULT) + 1 :]
+            _fault_readable(fault, number)
         elif line.startswith("# ") and ": " in line:
             key, value = line[2:].split(": ", 1)
             header[key] = value
@@ -366,6 +367,17 @@ def _parse(lines: list[str]) -> tuple[dict[str, str], list[Step]]:
         elif line.strip() and not line.startswith("#"):
             raise P9ProtocolError(f"line {number}: cannot read {line[:60]!r}")
     return header, steps
+
+
+def _fault_readable(fault: str, number: int) -> None:
+    """A ``# fault:`` line replay can arm again, or ReproducerError."""
+    from harness.errors import HarnessMisuse
+    from harness.fault.control import Fault
+
+    try:
+        Fault.parse(fault)
+    except HarnessMisuse as err:
+        raise ReproducerError(f"line {number}: {err}") from err
 
 
 def _check_header(header: dict[str, str]) -> None:

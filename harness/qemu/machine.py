@@ -208,9 +208,7 @@ class Machine:
     def _env(self) -> dict[str, str]:
         env = {**sanitizer_env(self.config.binary), **os.environ}
         if self.injector is not None and self.config.injector is not None:
-            env.update(self.injector.env(self.config.injector))
-            # an ASan build wants its runtime first in the library list: the injector's comes first
-            env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
+            env = self.injector.env(self.config.injector, env)
         return env
 
     def _connect(self) -> None:

@@ -48,7 +48,7 @@ from harness.errors import (
 )
 from harness.errors import describe_status as describe_exit
 from harness.fault.control import Fault
-from harness.fault.library import preload_library
+from harness.fault.library import InjectorBuildError, preload_library
 from harness.p9 import wire
 from harness.p9.messages import Rerror, Rlerror
 from harness.p9.session import Pending, Reply
@@ -217,7 +217,7 @@ def _verdict(path: Path, explicit: str | None, timeout: float, attempts: int | N
     try:
         binary, source = _binary(explicit, header)
         config = _config(binary, header, faults=any(step.fault for step in steps))
-    except ProvisionError as err:
+    except (ProvisionError, InjectorBuildError) as err:
         print(f"this binary cannot test the reproducer: {err}")
         return UNTESTABLE
     except ReproducerError as err:
