@@ -450,10 +450,11 @@ static int shortened(const struct iovec *iov, int count, uint64_t limit, struct 
     return kept;
 }
 
-#define TRANSFER(call, name, iov_type)                                                              \
+/* `real_call` the transfer as asked; `cut_call` the same with `cut` and `kept` for its vector */
+#define TRANSFER(call, real_call, cut_call)                                                         \
     uint32_t armed_mode = __atomic_load_n(&ctl->mode, __ATOMIC_ACQUIRE);                            \
     if (armed_mode == 0) {                                                                          \
-        return real_##name(fd, iov, count, offset);                                                 \
+        return real_call;                                                                           \
     }                                                                                               \
     struct armed a = {.mode = armed_mode};                                                          \
     FD(fd);                                                                                         \
@@ -467,9 +468,9 @@ static int shortened(const struct iovec *iov, int count, uint64_t limit, struct 
     if (a.verdict == SHORT) {                                                                       \
         struct iovec cut[IOV_MAX];                                                                  \
         int kept = shortened(iov, count, ctl->short_len, cut);                                      \
-        value = kept ? real_##name(fd, (iov_type)cut, kept, offset) : 0;                            \
+        value = kept ? cut_call : 0;                                                                \
     } else {                                                                                        \
-        value = real_##name(fd, iov, count, offset);                                                \
+        value = real_call;                                                                          \
     }                                                                                               \
     int saved = errno;                                                                              \
     note(call, &a, value, value < 0 ? saved : 0);                                                   \
@@ -479,7 +480,7 @@ static int shortened(const struct iovec *iov, int count, uint64_t limit, struct 
 ssize_t preadv64(int fd, const struct iovec *iov, int count, off_t offset)
 {
     REAL_OF(ssize_t, preadv64, int, const struct iovec *, int, off_t)
-    TRANSFER("preadv", preadv64, const struct iovec *)
+    TRANSFER("preadv", real_preadv64(fd, iov, count, offset), real_preadv64(fd, cut, kept, offset))
 }
 
 ssize_t preadv(int, const struct iovec *, int, off_t) __attribute__((alias("preadv64")));
@@ -487,42 +488,17 @@ ssize_t preadv(int, const struct iovec *, int, off_t) __attribute__((alias("prea
 ssize_t pwritev64(int fd, const struct iovec *iov, int count, off_t offset)
 {
     REAL_OF(ssize_t, pwritev64, int, const struct iovec *, int, off_t)
-    TRANSFER("pwritev", pwritev64, const struct iovec *)
+    TRANSFER("pwritev", real_pwritev64(fd, iov, count, offset), real_pwritev64(fd, cut, kept, offset))
 }
 
 ssize_t pwritev(int, const struct iovec *, int, off_t) __attribute__((alias("pwritev64")));
 
 /* the same calls with flags (the C library's readers may take these: CPython's os.preadv does) */
-#define TRANSFER2(call, name)                                                                       \
-    uint32_t armed_mode = __atomic_load_n(&ctl->mode, __ATOMIC_ACQUIRE);                            \
-    if (armed_mode == 0) {                                                                          \
-        return real_##name(fd, iov, count, offset, flags);                                          \
-    }                                                                                               \
-    struct armed a = {.mode = armed_mode};                                                          \
-    FD(fd);                                                                                         \
-    a.verdict = decide(call, &a);                                                                   \
-    if (a.verdict == FAIL) {                                                                        \
-        note(call, &a, -1, ctl->err);                                                               \
-        errno = ctl->err;                                                                           \
-        return -1;                                                                                  \
-    }                                                                                               \
-    ssize_t value;                                                                                  \
-    if (a.verdict == SHORT) {                                                                       \
-        struct iovec cut[IOV_MAX];                                                                  \
-        int kept = shortened(iov, count, ctl->short_len, cut);                                      \
-        value = kept ? real_##name(fd, cut, kept, offset, flags) : 0;                               \
-    } else {                                                                                        \
-        value = real_##name(fd, iov, count, offset, flags);                                         \
-    }                                                                                               \
-    int saved = errno;                                                                              \
-    note(call, &a, value, value < 0 ? saved : 0);                                                   \
-    errno = saved;                                                                                  \
-    return value;
-
 ssize_t preadv64v2(int fd, const struct iovec *iov, int count, off_t offset, int flags)
 {
     REAL_OF(ssize_t, preadv64v2, int, const struct iovec *, int, off_t, int)
-    TRANSFER2("preadv", preadv64v2)
+    TRANSFER("preadv", real_preadv64v2(fd, iov, count, offset, flags),
+             real_preadv64v2(fd, cut, kept, offset, flags))
 }
 
 ssize_t preadv2(int, const struct iovec *, int, off_t, int) __attribute__((alias("preadv64v2")));
@@ -530,7 +506,8 @@ ssize_t preadv2(int, const struct iovec *, int, off_t, int) __attribute__((alias
 ssize_t pwritev64v2(int fd, const struct iovec *iov, int count, off_t offset, int flags)
 {
     REAL_OF(ssize_t, pwritev64v2, int, const struct iovec *, int, off_t, int)
-    TRANSFER2("pwritev", pwritev64v2)
+    TRANSFER("pwritev", real_pwritev64v2(fd, iov, count, offset, flags),
+             real_pwritev64v2(fd, cut, kept, offset, flags))
 }
 
 ssize_t pwritev2(int, const struct iovec *, int, off_t, int) __attribute__((alias("pwritev64v2")));
