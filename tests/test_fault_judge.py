@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from fixtures.answers import Answer, Data, Err
-from fixtures.faults import CHANGED, LEFT_BEHIND, Seen, verdict_of
+from fixtures.faults import CHANGED, LEFT_BEHIND, Seen, expected, verdict_of
 from fixtures.model import Export, Fid, Kind, Node, Server
 from harness.fault.control import Fault
 from harness.p9.messages import Tlopen, Tmkdir, Tread
@@ -37,7 +37,7 @@ def _judged(got: Answer, request: Request = MKDIR, fault: Fault = FAULT, host_af
             disagreements: tuple[str, ...] = ()) -> list[str]:  # fmt: skip
     model = _model()
     seen = Seen(got, dict(HOST), dict(HOST if host_after is None else host_after), frozenset({3, 4}), fds_after, alive)
-    return verdict_of("case", request, fault, model, seen, list(disagreements))
+    return verdict_of(fault, expected(model, request, fault), seen, list(disagreements))
 
 
 def test_the_calls_errno_with_nothing_changed_is_right() -> None:
@@ -88,7 +88,7 @@ def _read_model() -> Export:
 def test_a_short_read_answers_the_files_first_bytes_or_all_of_them(got: Answer, right: bool) -> None:
     read, fault = Tread(fid=2, offset=0, count=64), Fault("preadv", short=3)
     seen = Seen(got, dict(HOST), dict(HOST), frozenset(), frozenset(), True)
-    assert (verdict_of("case", read, fault, _read_model(), seen, []) == []) is right
+    assert (verdict_of(fault, expected(_read_model(), read, fault), seen, []) == []) is right
 
 
 def test_a_wrong_field_is_checked_as_its_value_or_an_error() -> None:
