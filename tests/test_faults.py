@@ -136,7 +136,7 @@ def test_pool_replaces_a_dead_qemu(qemu_under_test: QemuUnderTest) -> None:
         os.kill(first.machine.pid, signal.SIGKILL)
         first.machine._proc.wait()  # type: ignore[union-attr]
         second = pool.get(config(qemu_under_test))
-        assert second is not first and second.alive() and pool.starts == 2
+        assert second is not first and second.alive() and pool.cpu.starts == 2
         session = Session(second.channel)
         assert session.version().msize == 8192
     finally:

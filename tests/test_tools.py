@@ -19,6 +19,7 @@ import pytest
 from fixtures.devices import QemuUnderTest
 from harness.p9.trace import reseal
 from harness.qemu import provision
+from harness.tools import profile
 from harness.tools.bench import suite
 from tests.subrun import PROJECT, run_pytest
 
@@ -482,3 +483,9 @@ def test_summary_says_where_the_cpu_time_went(
     print(f"harness {harness} qemu {qemu} tree {total:.2f}")
     assert qemu > 0 and harness > 0
     assert -0.2 <= total - (harness + qemu) <= 0.15 * total + 0.3, (harness, qemu, total)
+    # QEMU's by phase: what the harness asked of it is a part of it, and the cases made requests
+    phases = re.search(profile.QEMU_PHASES, out)
+    assert phases, out
+    asked = float(phases["start_s"]) + float(phases["reset_s"]) + float(phases["attach_s"])
+    assert int(phases["starts"]) >= 1 and float(phases["start_s"]) > 0 and int(phases["requests"]) > 0, out
+    assert asked <= qemu + 0.01, out

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -10,7 +11,9 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +120,12 @@ def suite_text(data: dict[str, Any]) -> str:
     ]  # fmt: skip
     headers = ["runner", "outcome", "min s", "median s", "max s", f"median / {data['baseline']}"]
     headers += ["harness CPU s", "QEMU CPU s"] if cpu else []
+    if "cases" in data:  # per case, and the ratio the harness's speed is judged by
+        for row, name in zip(rows, times, strict=True):
+            harness, qemu = cpu[name]
+            row += [f"{harness / data['cases'][name] * 1e3:.1f}", f"{qemu / data['cases'][name] * 1e3:.1f}",
+                    f"{harness / qemu:.2f}"]  # fmt: skip
+        headers += ["harness CPU ms/case", "QEMU CPU ms/case", "harness / QEMU"]
     text = f"{data['title']}\n{tabulate(rows, headers=headers, tablefmt='github')}"
     return text + _cpu_bound(cpu) if set(cpu) == {"shared", "qtest"} else text
 
@@ -136,35 +145,82 @@ def _cpu_bound(cpu: dict[str, tuple[float, ...]]) -> str:
     )
 
 
-#: The summary's line of where the CPU time went (fixtures/plugin.py, ``cpu_line``).
+#: The summary's line of where the CPU time went (fixtures/summary.py, ``cpu_line``).
 SUITE_CPU = r"CPU time over [\d.]+ s: (?P<harness>[\d.]+) s in the harness .*?, (?P<qemu>[\d.]+) s in QEMU"
+#: The counts of a whole-suite run that must agree between its runners: xfailed and xpassed may
+#: differ, as races show when they will.
+AGREED = ("passed", "failed", "skipped", "error")
 
 
-def bench_whole_suite(explicit: str | None, rounds: int, json_path: str | None = None, workers: int = 2) -> int:
-    """The whole conformance suite (``pytest cases/ -n 2``) on both guest-memory paths, same
-    binary, interleaved: wall time and outcome counts, which must agree."""
+def bench_whole_suite(
+    explicit: str | None, rounds: int, json_path: str | None = None, workers: int = 2, baseline: str | None = None,
+) -> int:  # fmt: skip
+    """The whole conformance suite (``pytest cases/ -n 2``), interleaved, same binary: on both
+    guest-memory paths; or, with ``baseline`` (a git revision), this tree's harness against that
+    revision's, checked out beside (the A/B of a change to the harness). Wall time, where the CPU
+    time went and the outcome counts, which must agree."""
     steal = Steal.since_now()
     binary, _ = provision.find_qemu(explicit)
     pytest = [sys.executable, "-m", "pytest", "cases/", "-q", "-p", "no:cacheprovider", "-n", str(workers)]
     pytest += ["--qemu-binary", str(binary)]
     ours = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
     ours["PYTHONPYCACHEPREFIX"] = str(provision.cache_root() / "pycache")
-    times: dict[str, list[float]] = {"shared": [], "qtest": []}
-    cpu: dict[str, list[list[float]]] = {mode: [] for mode in times}
-    outcomes: dict[str, str] = {}
-    for _ in range(rounds):
-        for mode in times:
-            seconds, output, status = _timed([*pytest, "--guest-memory", mode], ours)
-            summary = re.findall(r"^=* ?(\d+ passed.*?)(?: in [\d.]+s.*)?=*$", output, flags=re.MULTILINE)
-            spent = re.search(SUITE_CPU, output)  # the summary's CPU line (fixtures/plugin.py, cpu_line)
-            if status != 0 or not summary or not spent:
-                raise HarnessError(f"whole suite, guest memory {mode}: exit {status}:\n{output[-3000:]}")
-            outcomes[mode] = summary[-1].strip()
-            times[mode].append(seconds)
-            cpu[mode].append([float(spent["harness"]), float(spent["qemu"])])
-    passed = {mode: outcome.split(" passed")[0] for mode, outcome in outcomes.items()}
-    if passed["shared"] != passed["qtest"]:  # xfailed/xpassed may differ: races show when they will
-        raise HarnessError(f"the two paths disagree: shared {outcomes['shared']!r}, qtest {outcomes['qtest']!r}")
-    title = f"the whole suite, -n {workers}, on {home(binary)}, {rounds} round(s) each, interleaved; {load(steal)}"
-    data = {"title": title, "baseline": "qtest", "times": times, "outcomes": outcomes, "cpu": cpu}
+    with contextlib.ExitStack() as stack:
+        if baseline is None:
+            runners = {mode: ([*pytest, "--guest-memory", mode], PROJECT) for mode in ("shared", "qtest")}
+            compared = "qtest"
+        else:
+            tree = stack.enter_context(checked_out(baseline))
+            compared = f"{baseline} ({_short(baseline)})"
+            runners = {compared: (pytest, tree), "this tree": (pytest, PROJECT)}
+        times: dict[str, list[float]] = {name: [] for name in runners}
+        cpu: dict[str, list[list[float]]] = {name: [] for name in runners}
+        cases: dict[str, int] = {}
+        outcomes: dict[str, str] = {}
+        for _ in range(rounds):
+            for name, (argv, cwd) in runners.items():
+                seconds, output, status = _timed(argv, ours, cwd)
+                summary = re.findall(r"^=* ?(\d+ passed.*?)(?: in [\d.]+s.*)?=*$", output, flags=re.MULTILINE)
+                spent = re.search(SUITE_CPU, output)  # the summary's CPU line (fixtures/summary.py, cpu_line)
+                if status != 0 or not summary or not spent:
+                    raise HarnessError(f"whole suite, {name}: exit {status}:\n{output[-3000:]}")
+                outcomes[name] = summary[-1].strip()
+                cases[name] = sum(int(n) for n in re.findall(r"(\d+) (?:passed|failed|skipped|xfailed|xpassed|error)",
+                                                             outcomes[name]))  # fmt: skip
+                times[name].append(seconds)
+                cpu[name].append([float(spent["harness"]), float(spent["qemu"])])
+    agreed = {name: _counts(outcome) for name, outcome in outcomes.items()}
+    if len(set(agreed.values())) > 1:
+        raise HarnessError(f"the runners disagree on {'/'.join(AGREED)}: {outcomes}")
+    what = "both guest-memory paths" if baseline is None else f"this tree against {baseline}"
+    title = (f"the whole suite, -n {workers}, {what}, on {home(binary)}, {rounds} round(s) each, interleaved; "
+             f"{load(steal)}")  # fmt: skip
+    data = {"title": title, "baseline": compared, "times": times, "outcomes": outcomes, "cpu": cpu, "cases": cases}
     return suite_report(data, json_path, steal)
+
+
+def _counts(outcome: str) -> tuple[int, ...]:
+    found = {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", outcome)}
+    return tuple(found.get(word, 0) for word in AGREED)
+
+
+def _short(revision: str) -> str:
+    return subprocess.run(["git", "rev-parse", "--short", revision], cwd=PROJECT, capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+
+
+@contextlib.contextmanager
+def checked_out(revision: str) -> Iterator[Path]:
+    """The project at ``revision`` in a directory of its own (git archive: no worktree to prune),
+    removed after. Its runs import its own harness and fixtures: ``python -m pytest`` puts the
+    working directory first on the path."""
+    where = Path(tempfile.mkdtemp(prefix="v9p-baseline-"))
+    try:
+        archive = subprocess.run(["git", "archive", "--format=tar", revision], cwd=PROJECT, capture_output=True,
+                                 check=False)  # fmt: skip
+        if archive.returncode != 0:
+            raise HarnessError(f"git archive {revision}: {archive.stderr.decode(errors='replace').strip()}")
+        subprocess.run(["tar", "-x", "-C", str(where)], input=archive.stdout, check=True)
+        yield where
+    finally:
+        shutil.rmtree(where, ignore_errors=True)

@@ -1,0 +1,176 @@
+"""``python -m harness profile``: where a whole ``pytest cases/ -n 2`` run's time goes.
+
+The run is sampled by py-spy (``record --subprocesses --nonblocking``: every pytest process, the
+xdist controller and its workers, without stopping them), and each sample is put in the first
+bucket of :data:`BUCKETS` that one of its frames matches. A sample is a thread that was running,
+or ready to run and waiting for a CPU: on two busy cores a worker that has just woken its QEMU
+often waits for the CPU QEMU took, and that wait is sampled where it happened (the notify). The
+table spreads the harness's measured CPU time (the summary's CPU line) over the buckets in
+proportion to their samples, and divides by the cases and the requests of the run.
+
+QEMU's side comes from the summary's second CPU line (fixtures/summary.py): its CPU time in
+starts, per-test resets and the cases' Tversion/Tattach, measured on its CPU-time clock around
+each, and the rest, the cases' own requests.
+
+``--quick`` profiles QEMU's own cases only (``--qemu-suite``): seconds, for the self-test.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from harness.errors import HarnessError, ProvisionError
+from harness.qemu import provision
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+#: (bucket, frame pattern), in order: a sample goes to the first bucket one of its frames matches.
+#: A frame reads ``function (path:line)``, the path relative to its entry of sys.path.
+BUCKETS: tuple[tuple[str, str], ...] = (
+    ("start-up: imports", r"^_find_and_load \(<frozen"),
+    ("start-up: collection", r"^pytest_collection \(_pytest/main\.py"),
+    ("per case: QEMU starts", r"^(Device\.start|MachinePool\.prestart) \(fixtures/pool\.py"),
+    ("per case: per-test reset", r"^MachinePool\.get \(fixtures/pool\.py"),
+    ("per case: descriptor invariant", r" \(fixtures/held\.py"),
+    ("per case: place (case directory)", r"^Place\.(open|close) \(fixtures/place\.py"),
+    ("per case: trace, reproducer, evidence", r" \((fixtures/evidence\.py|harness/p9/(trace|pcap)\.py)"),
+    ("per case: summary bookkeeping", r" \(fixtures/summary\.py"),
+    ("per case: fixtures (other)", r"^pytest_fixture_setup \(_pytest/fixtures\.py|^SetupState\.teardown_exact "),
+    ("per request: waiting for the reply", r"^Channel\.wait \(harness/p9/channel\.py"),
+    ("per request: encode", r"^(encode|encode_fields) \(harness/p9/wire\.py"),
+    ("per request: decode", r"^(decode|peek_header) \(harness/p9/wire\.py"),
+    ("per request: ring and notify", r" \(harness/(virtio|qemu)/|^Channel\.\w+ \(harness/p9/channel\.py"),
+    ("per request: session bookkeeping", r" \(harness/p9/"),
+    ("per case: checks (model, judge, tables)", r" \(fixtures/"),
+    ("per case: the cases' own code", r" \(cases/"),
+    ("per case: pytest and pluggy", r"^pytest_runtest_protocol \(_pytest/runner\.py"),
+    ("xdist: controller and channels", r" \((xdist|execnet)/"),
+)
+OTHER = "other (start-up, session end)"
+
+#: The summary's CPU lines (fixtures/summary.py, ``cpu_line``).
+HARNESS_CPU = r"CPU time over (?P<wall>[\d.]+) s: (?P<harness>[\d.]+) s in the harness .*?, (?P<qemu>[\d.]+) s in QEMU"
+QEMU_PHASES = (
+    r"QEMU's CPU time: (?P<start_s>[\d.]+) s in (?P<starts>\d+) starts .*?, (?P<reset_s>[\d.]+) s in (?P<resets>\d+) "
+    r"resets .*?, (?P<attach_s>[\d.]+) s in (?P<attaches>\d+) attaches .*?; (?P<rest_s>-?[\d.]+) s in "
+    r"(?P<requests>\d+) requests"
+)
+OUTCOMES = r"(\d+) (passed|failed|skipped|xfailed|xpassed|error)"
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """What py-spy saw: samples per bucket, and in all."""
+
+    buckets: dict[str, int]
+    total: int
+
+
+def bucket_of(frames: list[str], patterns: list[tuple[str, re.Pattern[str]]]) -> str:
+    for name, pattern in patterns:
+        if any(pattern.search(frame) for frame in frames):
+            return name
+    return OTHER
+
+
+def read_samples(raw: str) -> Sampled:
+    """py-spy's raw output (``frame;frame;... count`` per line, the process first) in buckets."""
+    patterns = [(name, re.compile(pattern)) for name, pattern in BUCKETS]
+    counts: collections.Counter[str] = collections.Counter()
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = [frame for frame in stack.split(";") if not frame.startswith("process ")]
+        counts[bucket_of(frames, patterns)] += int(count)
+    return Sampled(dict(counts), sum(counts.values()))
+
+
+def profile(explicit: str | None, quick: bool, rate: int, json_path: str | None, selection: list[str]) -> int:
+    spy = shutil.which("py-spy", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    if spy is None:
+        raise ProvisionError("py-spy is not installed: `make venv` installs it (pyproject's dev extra)")
+    binary, _ = provision.find_qemu(explicit)
+    pytest = [sys.executable, "-m", "pytest", "cases/", "-q", "-p", "no:cacheprovider", "-n", "2"]
+    pytest += ["--qemu-binary", str(binary), *(["--qemu-suite"] if quick else []), *selection]
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(provision.cache_root() / "pycache")  # as `make conformance` runs
+    with tempfile.TemporaryDirectory(prefix="v9p-profile-") as where:
+        raw = Path(where) / "samples.txt"
+        argv = [spy, "record", "--subprocesses", "--nonblocking", "--format", "raw", "--rate", str(rate)]
+        done = subprocess.run([*argv, "-o", str(raw), "--", *pytest], cwd=PROJECT, env=env, capture_output=True,
+                              text=True, check=False)  # fmt: skip
+        output = done.stdout + done.stderr
+        if not raw.exists():
+            raise HarnessError(f"py-spy wrote no samples (exit {done.returncode}):\n{output[-3000:]}")
+        sampled = read_samples(raw.read_text())
+    data = measured(output, sampled)
+    data["title"] = (f"where a `pytest cases/ -n 2{' --qemu-suite' if quick else ''}` run's time goes, on "
+                     f"{binary}, {rate} samples/s per thread")  # fmt: skip
+    print(profile_text(data))
+    if json_path:
+        Path(json_path).write_text(json.dumps(data, indent=1) + "\n")
+        print(f"wrote {json_path}")
+    return 0
+
+
+def measured(output: str, sampled: Sampled) -> dict[str, Any]:
+    """The run's own figures (CPU lines, outcome counts) with the samples."""
+    spent, phases = re.search(HARNESS_CPU, output), re.search(QEMU_PHASES, output)
+    ends = [line for line in output.splitlines() if re.match(rf"=* ?{OUTCOMES}.* in [\d.]+s", line)]
+    counts = re.findall(OUTCOMES, ends[-1]) if ends else []
+    if spent is None or phases is None or not counts or not sampled.total:
+        raise HarnessError(f"the profiled run printed no summary to read:\n{output[-3000:]}")
+    return {
+        "wall": float(spent["wall"]),
+        "harness": float(spent["harness"]),
+        "qemu": float(spent["qemu"]),
+        "cases": sum(int(n) for n, _ in counts),
+        "outcome": ", ".join(f"{n} {word}" for n, word in counts),
+        "phases": {key: float(value) for key, value in phases.groupdict().items()},
+        "samples": sampled.buckets,
+    }
+
+
+def profile_text(data: dict[str, Any]) -> str:
+    """The profile's two tables from its measurements (``--json`` keeps them; docs/speed.md quotes this)."""
+    samples: dict[str, int] = data["samples"]
+    total, cases, phases = sum(samples.values()), data["cases"], data["phases"]
+    requests = max(phases["requests"], 1)
+    rows = []
+    for name in [*(name for name, _ in BUCKETS), OTHER]:
+        share = samples.get(name, 0) / total
+        seconds = share * data["harness"]
+        per = f"{seconds / requests * 1e6:.1f} µs/request" if name.startswith("per request") else (
+            f"{seconds / cases * 1e3:.2f} ms/case")  # fmt: skip
+        rows.append([name, f"{share * 100:.1f}", f"{seconds:.2f}", per])
+    harness = tabulate(rows, headers=["harness: bucket", "% of samples", "CPU s (share)", "each"], tablefmt="github")
+    phase_rows = (  # (name, count key, seconds key, unit of "each")
+        ("starts", "starts", "start_s", 1e-3),
+        ("per-test resets", "resets", "reset_s", 1e-3),
+        ("Tversion + Tattach", "attaches", "attach_s", 1e-6),
+        ("the cases' requests (the rest)", "requests", "rest_s", 1e-6),
+    )
+    qemu_rows = [
+        [name, int(phases[count]), f"{phases[seconds]:.2f}",
+         f"{phases[seconds] / max(phases[count], 1) / unit:.2f} {'ms' if unit == 1e-3 else 'µs'}"]
+        for name, count, seconds, unit in phase_rows
+    ]  # fmt: skip
+    qemu = tabulate(qemu_rows, headers=["QEMU: phase", "count", "CPU s", "each"], tablefmt="github")
+    head = (f"{data['title']}\n{data['outcome']} ({cases} cases) in {data['wall']:.1f} s: harness CPU "
+            f"{data['harness']:.1f} s ({data['harness'] / cases * 1e3:.1f} ms/case), QEMU CPU {data['qemu']:.1f} s "
+            f"({data['qemu'] / cases * 1e3:.1f} ms/case), harness / QEMU {data['harness'] / data['qemu']:.2f}; "
+            f"{total} samples")  # fmt: skip
+    return f"{head}\n{harness}\n\n{qemu}"

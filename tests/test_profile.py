@@ -1,0 +1,71 @@
+"""``python -m harness profile``: each sample lands in the bucket of its first matching rule, and
+the quick mode profiles a real ``-n 2`` run whose figures add up."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures.devices import QemuUnderTest
+from harness.tools import profile
+from tests.test_tools import harness
+
+#: py-spy's raw lines as a run of ours gives them (process frames first, then the thread's stack)
+WORKER = 'process 2:"worker";pytest_runtest_protocol (_pytest/runner.py:1)'
+CELLS = f"{WORKER};run_cells (fixtures/cells.py:1)"
+RAW = "\n".join(
+    f"{stack} {count}"
+    for stack, count in (
+        ('process 1:"pytest";<module> (<string>:1);_find_and_load (<frozen importlib._bootstrap>:1);x (a.py:1)', 5),
+        (f"{WORKER};MachinePool.get (fixtures/pool.py:80);Driver.reset (harness/virtio/driver.py:9)", 3),
+        (f"{CELLS};Session.send (harness/p9/session.py:213);encode (harness/p9/wire.py:10)", 7),
+        (f"{CELLS};Pending.wait (harness/p9/session.py:153);Channel.wait (harness/p9/channel.py:261)", 11),
+        (f"{CELLS};Export.copy (fixtures/model.py:9)", 13),
+        (f"{WORKER};CallInfo.from_call (_pytest/runner.py:2)", 2),
+        ('process 0:"";serve (execnet/gateway_base.py:1)', 1),
+    )
+)
+
+
+def test_each_sample_goes_to_the_first_bucket_one_of_its_frames_matches() -> None:
+    sampled = profile.read_samples(RAW)
+    assert sampled.total == 42
+    assert sampled.buckets == {
+        "start-up: imports": 5,
+        "per case: per-test reset": 3,  # not "ring and notify": the reset comes first
+        "per request: encode": 7,
+        "per request: waiting for the reply": 11,
+        "per case: checks (model, judge, tables)": 13,
+        "per case: pytest and pluggy": 2,
+        "xdist: controller and channels": 1,
+    }
+
+
+@pytest.mark.skipif(
+    shutil.which("py-spy", path=str(Path(sys.executable).parent)) is None,
+    reason="py-spy is not installed (make venv installs it: pyproject's dev extra)",
+)
+def test_quick_profile_of_a_real_run(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """QEMU's own cases, profiled: every sample is in a bucket, the CPU shares add up to the
+    harness's measured CPU time, and QEMU's phases are counted (a start per configuration at
+    least, a Tversion and Tattach per case that attaches)."""
+    out = tmp_path / "profile.json"
+    done = harness("profile", "--quick", "--qemu-binary", str(qemu_under_test.binary), "--json", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(out.read_text())
+    assert data["cases"] >= 27 and re.fullmatch(r"\d+ passed", data["outcome"]), data
+    assert sum(data["samples"].values()) > 0 and set(data["samples"]) <= {*dict(profile.BUCKETS), profile.OTHER}
+    text = profile.profile_text(data)
+    assert text in done.stdout
+    shares = [float(row.split("|")[3]) for row in text.splitlines() if row.startswith("| per ")]
+    assert sum(shares) <= data["harness"] + 0.05
+    phases = data["phases"]
+    assert (
+        phases["starts"] >= 2 and phases["attaches"] >= data["cases"] // 2 and phases["requests"] > phases["attaches"]
+    )
+    assert phases["start_s"] + phases["reset_s"] + phases["attach_s"] <= data["qemu"] + 0.01
