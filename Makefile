@@ -19,7 +19,7 @@ PACKAGED_QEMU := /usr/bin/qemu-system-x86_64
 TSHARK := /usr/bin/tshark
 POSIX_TOOLS := /usr/bin/stress-ng /usr/bin/fio /usr/bin/autoreconf /usr/bin/automake
 
-.PHONY: venv qemu tools conformance test selftest lint clean
+.PHONY: venv qemu tools conformance test selftest lint clean pipeline-local
 
 venv: $(VENV)/.installed
 
@@ -76,3 +76,16 @@ test: lint qemu tools
 
 clean:
 	rm -rf $(VENV) *.egg-info .mypy_cache .ruff_cache
+
+# The GitLab pipeline (.ci/gitlab-ci.yml) run here by gitlab-ci-local in its shell executor, a job at
+# a time (each cell's pytest runs -n 2), on matrix $(MATRIX) of .ci/matrix.yml (docs/pipeline.md).
+# gitlab-ci-local 4.55.0 runs on Debian's Node 20 (newer releases need Node 22); its shell isolation
+# copies each job's directory with rsync. Both go into the cache, not the checkout.
+MATRIX ?= small
+GITLAB_CI_LOCAL := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/virtio9p-harness/gitlab-ci-local-4.55.0
+pipeline-local:
+	@command -v rsync >/dev/null && command -v npm >/dev/null || { $(call apt_install,rsync nodejs npm); }
+	test -x $(GITLAB_CI_LOCAL)/node_modules/.bin/gitlab-ci-local || \
+	  npm install --prefix $(GITLAB_CI_LOCAL) --no-audit --no-fund gitlab-ci-local@4.55.0
+	$(GITLAB_CI_LOCAL)/node_modules/.bin/gitlab-ci-local --file .ci/gitlab-ci.yml --variable V9P_MATRIX=$(MATRIX) \
+	  --shell-isolation --concurrency 1

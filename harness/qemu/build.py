@@ -40,9 +40,11 @@ from harness.qemu.shell import locked, missing_packages, sh, tail
 
 BINARY_NAME = "qemu-system-x86_64"
 STAMP = "build.json"
+#: The libraries QEMU links with, as their -dev packages: those bring the shared libraries whatever
+#: a release names them (libglib2.0-0 on bookworm, libglib2.0-0t64 on trixie).
+LIBRARIES = ("libglib2.0-dev", "libpixman-1-dev", "libcap-ng-dev", "libattr1-dev", "libfdt-dev", "zlib1g-dev")
 BUILD_DEPS = (
-    "build-essential", "ninja-build", "meson", "libglib2.0-dev", "libpixman-1-dev", "libcap-ng-dev",
-    "libattr1-dev", "pkg-config", "python3-venv", "flex", "bison", "libfdt-dev", "zlib1g-dev", "dpkg-dev",
+    "build-essential", "ninja-build", "meson", "pkg-config", "python3-venv", "flex", "bison", "dpkg-dev", *LIBRARIES,
 )  # fmt: skip
 RUNTIME_DEPS = ("seabios", "qemu-system-data", "ipxe-qemu")  # ipxe-qemu: NIC ROMs for qos-test's machine
 #: Newer trees: no downloads (subprojects come with the tree), no firmware blobs, no Rust.
@@ -480,6 +482,21 @@ def ensure_packages(log: Path, origin: str) -> None:
     if missing:
         say(f"installing {len(missing)} packages: {' '.join(missing)}")
         sh(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], log)
+
+
+def ensure_runtime() -> None:
+    """What a build made on another machine (a CI job's artifact) needs to run here: its libraries
+    and firmware. Installed with apt-get (as root) when missing."""
+    missing = missing_packages([*LIBRARIES, *RUNTIME_DEPS])
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        raise ProvisionError(f"running this QEMU needs {', '.join(missing)}: install them (apt-get, as root)")
+    say(f"installing {len(missing)} packages QEMU needs to run: {' '.join(missing)}")
+    for argv in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]):
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise ProvisionError(f"{' '.join(argv[:2])} failed:\n{(done.stdout + done.stderr)[-2000:]}")
 
 
 def _deb_src(suite: str) -> str:

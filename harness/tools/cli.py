@@ -13,6 +13,7 @@ python -m harness bench guest [--qemu B ...]      a Linux guest's boot, msize an
 python -m harness bench releases [--qemu B ...]   the registry's measures across QEMU releases, interleaved
 python -m harness bench bisect-step ...           one `git bisect run` step over a speed change
 python -m harness bench suite [--whole]           our pytest run against QEMU's qos-test
+python -m harness profile [--quick]              where a whole -n 2 run's time goes, harness and QEMU
 (the benches are harness/tools/bench/registry.py's entries; `bench NAME --help` for each)
 """
 
@@ -128,6 +129,10 @@ def _add_bench(sub: Any) -> None:
         "--whole", action="store_true",
         help="instead: the whole suite with -n 2 on the shared and the qtest path (default 1 round)",
     )  # fmt: skip
+    suite.add_argument(
+        "--baseline", metavar="REV",
+        help="with --whole: this tree's harness against git revision REV's (main, HEAD~3), not the two paths",
+    )  # fmt: skip
 
 
 def _add_malformed_report(sub: Any) -> None:
@@ -165,6 +170,15 @@ def _add_replay(sub: Any) -> None:
     )  # fmt: skip
 
 
+def _add_profile(sub: Any) -> None:
+    prof = sub.add_parser("profile", help="where a whole -n 2 run's time goes: the harness's buckets, QEMU's phases")
+    prof.add_argument("--qemu-binary")
+    prof.add_argument("--quick", action="store_true", help="QEMU's own cases only (--qemu-suite): seconds")
+    prof.add_argument("--rate", type=int, default=100, help="py-spy samples per second per thread (default 100)")
+    prof.add_argument("--json", metavar="FILE", help="keep the measurements in FILE (docs/speed.md quotes one)")
+    prof.add_argument("selection", nargs=argparse.REMAINDER, help="more pytest arguments, e.g. -- -m walk")
+
+
 def _add_matrix(sub: Any) -> None:
     matrix = sub.add_parser("matrix", help="the same cases against several QEMU binaries, differences first")
     matrix.add_argument("--qemu", action="append", default=[], help="a QEMU binary (give two or more)")
@@ -172,6 +186,20 @@ def _add_matrix(sub: Any) -> None:
     matrix.add_argument("--sanitized", action="store_true", help="with --builds: the sanitizer builds too (ASan, TSan)")
     matrix.add_argument("--json", metavar="FILE", help="keep the runs' table and every case's outcome in FILE")
     matrix.add_argument("selection", nargs=argparse.REMAINDER, help="pytest arguments, e.g. -k readdir")
+    described = matrix.add_argument_group(
+        "the described matrix (.ci/matrix.yml, which the GitLab pipeline .ci/gitlab-ci.yml reads too; docs/pipeline.md)"
+    )
+    described.add_argument("--described", metavar="NAME", help="run matrix NAME's cells here, one after another")
+    described.add_argument("--root", default="v9p-matrix", help="where --described keeps each cell's directory")
+    described.add_argument("--build-qemu", metavar="QEMU", help="a build job: build QEMU (a key of .v9p-qemus)")
+    described.add_argument("--into", metavar="DIR", help="with --build-qemu: copy the build into DIR (an artifact)")
+    described.add_argument(
+        "--cell", nargs="+", metavar=("QEMU", "FAMILY"),
+        help="a test job: QEMU FAMILY [FIRST:COUNT] (a hunt's rounds), on --binary, into --out",
+    )  # fmt: skip
+    described.add_argument("--binary", help="with --cell: the QEMU binary (a build job's artifact)")
+    described.add_argument("--out", help="with --cell: the cell's directory (JUnit XML, results, artefacts)")
+    described.add_argument("--merge", metavar="DIR", help="the last job: merge the cells' directories under DIR")
 
 
 def _add_repl(sub: Any) -> None:
@@ -225,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_known_bugs,
         _add_replay,
         _add_matrix,
+        _add_profile,
         _add_repl,
         _add_mount,
         _add_guest,
@@ -298,6 +327,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from harness.tools.guest import guest
 
         return guest(args)
+    if args.command == "matrix" and (args.described or args.build_qemu or args.cell or args.merge):
+        return _described_matrix(args)
     if args.command == "matrix":
         from harness.qemu import build, versions
         from harness.tools.matrix import matrix as run_matrix
@@ -307,6 +338,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         cached = sorted(chosen, key=lambda b: (versions.parse(b.version), kept.index(b.variant)))
         builds = [str(b.binary) for b in cached] if args.builds else []
         return run_matrix([*args.qemu, *builds], [arg for arg in args.selection if arg != "--"], json_path=args.json)
+    if args.command == "profile":
+        from harness.tools.profile import profile
+
+        selection = [arg for arg in args.selection if arg != "--"]
+        return profile(args.qemu_binary, args.quick, args.rate, args.json, selection)
     if args.command == "replay":
         from harness.tools.replay import replay as run_replay
 
@@ -382,9 +418,34 @@ def _bench_kind(args: argparse.Namespace) -> int:
         from harness.tools.bench.suite import bench_suite, bench_whole_suite
 
         if args.whole:
-            return bench_whole_suite(args.qemu_binary, args.rounds or 1, args.json)
+            return bench_whole_suite(args.qemu_binary, args.rounds or 1, args.json, baseline=args.baseline)
+        if args.baseline:
+            raise HarnessError("--baseline compares whole suites: give --whole too")
         return bench_suite(args.qemu_binary, args.rounds or 5, args.json)
     return _bench(args)
+
+
+def _described_matrix(args: argparse.Namespace) -> int:
+    """``matrix --described/--build-qemu/--cell/--merge``: the matrix .ci/matrix.yml describes,
+    run here or as the pipeline's jobs (harness/tools/pipeline.py)."""
+    from harness.qemu import build
+    from harness.tools import pipeline
+
+    description = pipeline.load()
+    if args.build_qemu:
+        print(pipeline.build_qemu(description, args.build_qemu, Path(args.into) if args.into else None))
+        return 0
+    if args.cell:
+        if not 2 <= len(args.cell) <= 3 or not args.binary or not args.out:
+            raise HarnessError("--cell QEMU FAMILY [FIRST:COUNT] needs --binary and --out")
+        build.ensure_runtime()  # a build job's artifact, on a runner that never built QEMU
+        binary = Path(args.binary).resolve()
+        return pipeline.run_cell(description, pipeline.Cell(*args.cell), binary, Path(args.out).resolve())
+    if args.merge:
+        text, status = pipeline.merge([path for path in Path(args.merge).iterdir() if path.is_dir()])
+        print(text)
+        return status
+    return pipeline.run_described(args.described, Path(args.root).resolve())
 
 
 def _bench(args: argparse.Namespace) -> int:

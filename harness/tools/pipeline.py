@@ -1,0 +1,223 @@
+"""The matrix description (``.ci/matrix.yml``) and what its cells run, here or in a CI job.
+
+The same file gives the GitLab pipeline (``.ci/gitlab-ci.yml``) its ``parallel: matrix`` and
+``python -m harness matrix --described NAME`` its cells, so the two cannot drift:
+
+* a **cell** is one QEMU (a key of ``.v9p-qemus``: the arguments of ``python -m harness qemu
+  build``) running one family (a key of ``.v9p-families``: pytest arguments), and for a hunt its
+  share of the concurrent rounds (``FIRST:COUNT``);
+* ``.v9p-NAME`` is a matrix (``parallel: matrix``, as GitLab expands it: each entry the product of
+  its lists), ``.v9p-NAME-builds`` the QEMUs its build jobs make.
+
+:func:`build_qemu` is a build job, :func:`run_cell` a test job, :func:`merge` the last job: the
+table of every cell's outcomes and the known bugs the pipeline saw, from the cells' directories.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tabulate import tabulate
+
+from harness.errors import HarnessError, ProvisionError
+from harness.qemu import build, provision
+
+PROJECT = Path(__file__).resolve().parents[2]
+DESCRIPTION = PROJECT / ".ci" / "matrix.yml"
+#: What a test job writes in its directory besides pytest's JUnit XML and --results-json.
+CELL_FILE = "cell.json"
+#: What a build job hands on: the binary, QEMU's qos-test beside it, the build's stamp.
+BUILD_FILES = (build.BINARY_NAME, "qos-test", build.STAMP)
+
+
+@dataclass(frozen=True)
+class Cell:
+    qemu: str
+    family: str
+    rounds: str = ""  # FIRST:COUNT, a hunt's share of the concurrent rounds
+
+    @property
+    def name(self) -> str:
+        """The cell's directory name: ``trixie-fault``, ``fork-hunt-100-100``."""
+        return "-".join(part.replace(":", "-") for part in (self.qemu, self.family, self.rounds) if part)
+
+
+@dataclass(frozen=True)
+class Description:
+    qemus: dict[str, str]
+    families: dict[str, str]
+    matrices: dict[str, list[Cell]]
+    builds: dict[str, list[str]]
+
+    def matrix(self, name: str) -> list[Cell]:
+        if name not in self.matrices:
+            raise HarnessError(f"{DESCRIPTION} describes no matrix {name!r} (it has {', '.join(self.matrices)})")
+        return self.matrices[name]
+
+    def pytest_args(self, cell: Cell) -> list[str]:
+        """What the cell's pytest run gets after ``cases/ -n 2 -q``."""
+        args = shlex.split(self.families[cell.family])
+        if cell.rounds:
+            first, count = cell.rounds.split(":")
+            args += ["--concurrent-first-round", first, "--concurrent-rounds", count]
+        return args
+
+
+def expand(entries: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """A ``parallel: matrix`` as GitLab expands it: each entry the product of its variables' values
+    (a value that is no list is a list of one), in the entry's order."""
+    jobs = []
+    for entry in entries:
+        names = list(entry)
+        values = [value if isinstance(value, list) else [value] for value in entry.values()]
+        jobs += [dict(zip(names, map(str, combination), strict=True)) for combination in itertools.product(*values)]
+    return jobs
+
+
+def load(path: Path = DESCRIPTION) -> Description:
+    """The description, checked: every cell names a QEMU, a family and (for a hunt) rounds that
+    exist, and every QEMU a matrix runs is one its build jobs make."""
+    data = yaml.safe_load(path.read_text())
+    qemus, families = data[".v9p-qemus"], data[".v9p-families"]
+    matrices: dict[str, list[Cell]] = {}
+    builds: dict[str, list[str]] = {}
+    for key, value in data.items():
+        if not key.startswith(".v9p-") or key in (".v9p-qemus", ".v9p-families"):
+            continue
+        jobs = expand(value["parallel"]["matrix"])
+        if key.endswith("-builds"):
+            builds[key.removeprefix(".v9p-").removesuffix("-builds")] = [job["V9P_QEMU"] for job in jobs]
+            continue
+        cells = [Cell(job["V9P_QEMU"], job["V9P_FAMILY"], job.get("V9P_ROUNDS", "")) for job in jobs]
+        matrices[key.removeprefix(".v9p-")] = cells
+    for name, cells in matrices.items():
+        for cell in cells:
+            if cell.qemu not in qemus or cell.family not in families:
+                raise HarnessError(f"{path}: matrix {name}: {cell} names a QEMU or family it does not describe")
+            if cell.rounds and not re.fullmatch(r"\d+:\d+", cell.rounds):
+                raise HarnessError(f"{path}: matrix {name}: rounds {cell.rounds!r} are not FIRST:COUNT")
+        unbuilt = {cell.qemu for cell in cells} - set(builds.get(name, ()))
+        if unbuilt:
+            raise HarnessError(f"{path}: matrix {name} runs {', '.join(sorted(unbuilt))}, which .v9p-{name}-builds "
+                               "does not build")  # fmt: skip
+    return Description(qemus, families, matrices, builds)
+
+
+def build_qemu(description: Description, qemu: str, into: Path | None = None) -> Path:
+    """A build job: ``python -m harness qemu build`` with the QEMU's arguments (cached as ever);
+    with ``into``, the binary, qos-test and the stamp copied there (the job's artifact)."""
+    argv = shlex.split(os.path.expandvars(description.qemus[qemu]))
+    if any("$" in arg for arg in argv):
+        raise HarnessError(f"QEMU {qemu!r} ({description.qemus[qemu]}) needs a variable this environment lacks "
+                           "(CI_PROJECT_DIR: the QEMU tree a fork's pipeline runs in)")  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "harness", "qemu", "build", *argv], cwd=PROJECT,
+                          stdout=subprocess.PIPE, text=True, check=False)  # fmt: skip
+    if done.returncode != 0 or not done.stdout.strip():
+        raise ProvisionError(f"building QEMU {qemu!r} ({' '.join(argv)}) failed (exit {done.returncode})")
+    binary = Path(done.stdout.strip().splitlines()[-1])
+    if into is None:
+        return binary
+    into.mkdir(parents=True, exist_ok=True)
+    for name in BUILD_FILES:
+        if (binary.parent / name).exists():
+            shutil.copy2(binary.parent / name, into / name)
+    return into / build.BINARY_NAME
+
+
+def run_cell(description: Description, cell: Cell, binary: Path, out: Path) -> int:
+    """A test job: the cell's family on ``binary``, with JUnit XML, --results-json and the
+    artefacts in ``out`` beside ``cell.json`` (what ran, on what, how long, the exit status);
+    pytest's output on the terminal and in ``pytest.txt``. Returns pytest's exit status."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    probe = provision.probe_cached(binary)
+    argv = [sys.executable, "-m", "pytest", "cases/", "-n", "2", "-q", "-p", "no:cacheprovider",
+            "--qemu-binary", str(binary), "--junitxml", str(out / "junit.xml"),
+            "--results-json", str(out / "results.json"), "--artefact-dir", str(out / "artefacts"),
+            *description.pytest_args(cell)]  # fmt: skip
+    print(f"=== {cell.name}: QEMU {probe.version} ({binary}): pytest {' '.join(argv[3:])}", flush=True)
+    start = time.monotonic()
+    with open(out / "pytest.txt", "w") as log:
+        proc = subprocess.Popen(argv, cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            log.write(line)
+        status = proc.wait()
+    stamp = binary.parent / build.STAMP
+    variant = json.loads(stamp.read_text()).get("variant", "") if stamp.exists() else "given"
+    record = {"qemu": cell.qemu, "family": cell.family, "rounds": cell.rounds, "version": probe.version,
+              "build": variant or "plain", "seconds": round(time.monotonic() - start, 1), "exit": status}  # fmt: skip
+    (out / CELL_FILE).write_text(json.dumps(record, indent=1) + "\n")
+    return status
+
+
+#: the outcomes a cell's row counts, in this order
+OUTCOMES = ("passed", "failed", "error", "xfailed", "xpassed", "skipped")
+
+
+def merge(directories: list[Path]) -> tuple[str, int]:
+    """The last job: every cell's row (what ran, its counts, its time, pytest's exit status), then
+    the known bugs the pipeline saw, each with the cells that met it (xfailed) and those where it
+    did not show (xpassed: fixed there, or a race not met). Exit status 1 when a cell failed or
+    left no results."""
+    rows: list[list[Any]] = []
+    seen: dict[str, dict[str, list[str]]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    bad = 0
+    for where in sorted(directories):
+        cell_file, results_file = where / CELL_FILE, where / "results.json"
+        if not cell_file.exists() or not results_file.exists():
+            rows.append([where.name, "-", "-", "-", *["-"] * len(OUTCOMES), "-", "no results"])
+            bad += 1
+            continue
+        cell, results = json.loads(cell_file.read_text()), json.loads(results_file.read_text())
+        counts = collections.Counter(results["cases"].values())
+        family = f"{cell['family']} {cell['rounds']}".strip()
+        rows.append([cell["qemu"], cell["version"], cell["build"], family, *(counts.get(o, 0) for o in OUTCOMES),
+                     f"{cell['seconds']:.0f}", cell["exit"]])  # fmt: skip
+        bad += cell["exit"] != 0
+        for case, reason in results.get("xfail_reasons", {}).items():
+            seen[_bug(reason)][results["cases"][case]].append(f"{cell['qemu']}/{cell['family']}")
+    headers = ["QEMU", "version", "build", "family", *OUTCOMES, "run (s)", "exit"]
+    text = tabulate(rows, headers=headers, tablefmt="github")
+    bugs = [[bug, _cells(by["xfailed"]), _cells(by["xpassed"])] for bug, by in sorted(seen.items())]
+    if bugs:
+        headers = ["known bug", "met (xfailed): cases per cell", "not met (xpassed)"]
+        text += "\n\n" + tabulate(bugs, headers=headers, tablefmt="github")
+    return text, 1 if bad else 0
+
+
+def _bug(reason: str) -> str:
+    """A known bug's name: its reason's first clause (the markers' reasons start with it)."""
+    return re.split(r"[:;(]", reason, maxsplit=1)[0].strip()[:80]
+
+
+def _cells(found: list[str]) -> str:
+    return ", ".join(f"{cell} {count}" for cell, count in sorted(collections.Counter(found).items())) or "-"
+
+
+def run_described(name: str, root: Path) -> int:
+    """``matrix --described NAME``: the matrix's builds, then its cells one after another, each in
+    ``root/<cell>/`` as a CI job would leave it, then the merged table."""
+    description = load()
+    cells = description.matrix(name)
+    binaries = {qemu: build_qemu(description, qemu) for qemu in description.builds[name]}
+    for cell in cells:
+        run_cell(description, cell, binaries[cell.qemu], root / cell.name)
+    text, status = merge([root / cell.name for cell in cells])
+    print(f"\n{text}")
+    return status

@@ -1,0 +1,102 @@
+"""The GitLab pipeline (.ci/gitlab-ci.yml) and ``python -m harness matrix --described`` read one
+matrix description (.ci/matrix.yml); the merge job's table; a hunt split by seed range."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import yaml
+
+from fixtures.batches import round_seeds
+from harness.errors import HarnessError
+from harness.tools import pipeline
+from tests.subrun import PROJECT
+from tests.test_tools import harness
+
+PIPELINE = PROJECT / ".ci" / "gitlab-ci.yml"
+
+
+def _jobs(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The pipeline's jobs (not templates, not the global keys)."""
+    globals_ = {"include", "variables", "stages", "default", "workflow"}
+    return {name: job for name, job in data.items() if not name.startswith(".") and name not in globals_}
+
+
+def test_the_pipeline_and_the_matrix_command_read_one_description() -> None:
+    """The pipeline includes the description the harness loads, and its jobs take their matrices
+    from it and from nowhere else: every matrix the description has is run by a test job, its
+    builds by a build job, and no job has a matrix of its own."""
+    data = yaml.safe_load(PIPELINE.read_text())
+    assert {"local": str(pipeline.DESCRIPTION.relative_to(PROJECT))} in data["include"]
+    description = pipeline.load()
+    extended: dict[str, set[str]] = {"build": set(), "test": set()}
+    for name, job in _jobs(data).items():
+        assert "parallel" not in job, f"{name} has a matrix of its own"
+        templates = job["extends"] if isinstance(job["extends"], list) else [job["extends"]]
+        stage = yaml.safe_load(PIPELINE.read_text())[templates[0]]["stage"]
+        for template in templates[1:]:
+            key = template.removeprefix(".v9p-")
+            extended.setdefault(stage, set()).add(key)
+    assert extended["test"] == set(description.matrices)
+    assert extended["build"] == {f"{name}-builds" for name in description.builds}
+    described = yaml.safe_load(pipeline.DESCRIPTION.read_text())
+    for name in description.matrices:  # the cells the harness runs are the jobs GitLab expands
+        jobs = pipeline.expand(described[f".v9p-{name}"]["parallel"]["matrix"])
+        cells = [pipeline.Cell(job["V9P_QEMU"], job["V9P_FAMILY"], job.get("V9P_ROUNDS", "")) for job in jobs]
+        assert cells == description.matrix(name)
+    # the command reads that same file: the matrices it offers are the description's
+    done = harness("matrix", "--described", "no-such-matrix")
+    assert done.returncode != 0 and ", ".join(description.matrices) in done.stdout + done.stderr
+
+
+def test_a_matrix_that_runs_a_qemu_no_build_job_makes_is_refused(tmp_path: Path) -> None:
+    text = pipeline.DESCRIPTION.read_text().replace("      - V9P_QEMU: [bookworm, trixie]\n.v9p-small:",
+                                                    "      - V9P_QEMU: [trixie]\n.v9p-small:")  # fmt: skip
+    assert text != pipeline.DESCRIPTION.read_text()
+    (tmp_path / "matrix.yml").write_text(text)
+    with pytest.raises(HarnessError, match=r"runs bookworm, which \.v9p-small-builds does not build"):
+        pipeline.load(tmp_path / "matrix.yml")
+
+
+def _cell(root: Path, name: str, cell: dict[str, Any], cases: dict[str, str], reasons: dict[str, str]) -> Path:
+    where = root / name
+    where.mkdir()
+    (where / pipeline.CELL_FILE).write_text(json.dumps(cell))
+    (where / "results.json").write_text(json.dumps({"cases": cases, "xfail_reasons": reasons}))
+    return where
+
+
+def test_the_merge_job_tables_every_cell_and_the_known_bugs_it_met(tmp_path: Path) -> None:
+    base = {"rounds": "", "build": "plain", "seconds": 61.2, "exit": 0, "family": "fault"}
+    reasons = {"b": "create-stat-leftover: a failed stat leaves the node", "c": "mapped-file-fchmod-assert (x)"}
+    old = _cell(tmp_path, "bookworm-fault", {**base, "qemu": "bookworm", "version": "7.2.22"},
+                {"a": "passed", "b": "xfailed", "c": "xfailed"}, reasons)  # fmt: skip
+    new = _cell(tmp_path, "trixie-fault", {**base, "qemu": "trixie", "version": "10.0.13", "exit": 1},
+                {"a": "failed", "b": "xfailed", "c": "xpassed"}, reasons)  # fmt: skip
+    (tmp_path / "empty").mkdir()
+    text, status = pipeline.merge([new, old, tmp_path / "empty"])
+    assert status == 1  # a failed cell, and one that left no results
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in text.splitlines() if line.startswith("| ")]
+    assert rows[1] == ["bookworm", "7.2.22", "plain", "fault", "1", "0", "0", "2", "0", "0", "61", "0"]
+    assert rows[2] == ["empty", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "no results"]
+    assert rows[3] == ["trixie", "10.0.13", "plain", "fault", "0", "1", "0", "1", "1", "0", "61", "1"]
+    assert ["create-stat-leftover", "bookworm/fault 1, trixie/fault 1", "-"] in rows
+    assert ["mapped-file-fchmod-assert", "bookworm/fault 1", "trixie/fault 1"] in rows
+
+
+def _seeds(first: int, rounds: int, share: float = 1.0) -> list[int]:
+    options = {"--concurrent-seed": None, "--concurrent-rounds": rounds, "--concurrent-first-round": first}
+    request = SimpleNamespace(config=SimpleNamespace(getoption=options.__getitem__),
+                              node=SimpleNamespace(nodeid="cases/test_concurrent.py::test_x[local/x]"))  # fmt: skip
+    return round_seeds(request, share)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("share", [1.0, 1 / 3])
+def test_a_hunt_split_by_seed_range_runs_the_rounds_of_one_long_run(share: float) -> None:
+    """Three jobs of 30 rounds from rounds 0, 30 and 60 run the rounds of one run of 90."""
+    split = [seed for first in (0, 30, 60) for seed in _seeds(first, 30, share)]
+    assert split == _seeds(0, 90, share) and len(set(split)) == len(split)
