@@ -78,7 +78,8 @@ def test_the_merge_job_tables_every_cell_and_the_known_bugs_it_met(tmp_path: Pat
     new = _cell(tmp_path, "trixie-fault", {**base, "qemu": "trixie", "version": "10.0.13", "exit": 1},
                 {"a": "failed", "b": "xfailed", "c": "xpassed"}, reasons)  # fmt: skip
     (tmp_path / "empty").mkdir()
-    text, status = pipeline.merge([new, old, tmp_path / "empty"])
+    text, status, records = pipeline.merge([new, old, tmp_path / "empty"])
+    assert pipeline.merged_text(records) == text
     assert status == 1  # a failed cell, and one that left no results
     rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in text.splitlines() if line.startswith("| ")]
     assert rows[1] == ["bookworm", "7.2.22", "plain", "fault", "1", "0", "0", "2", "0", "0", "61", "0"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -442,8 +443,10 @@ def _described_matrix(args: argparse.Namespace) -> int:
         binary = Path(args.binary).resolve()
         return pipeline.run_cell(description, pipeline.Cell(*args.cell), binary, Path(args.out).resolve())
     if args.merge:
-        text, status = pipeline.merge([path for path in Path(args.merge).iterdir() if path.is_dir()])
+        text, status, records = pipeline.merge([path for path in Path(args.merge).iterdir() if path.is_dir()])
         print(text)
+        if args.json:
+            Path(args.json).write_text(json.dumps(records, indent=1) + "\n")
         return status
     return pipeline.run_described(args.described, Path(args.root).resolve())
 

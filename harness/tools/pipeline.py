@@ -170,35 +170,48 @@ def run_cell(description: Description, cell: Cell, binary: Path, out: Path) -> i
 OUTCOMES = ("passed", "failed", "error", "xfailed", "xpassed", "skipped")
 
 
-def merge(directories: list[Path]) -> tuple[str, int]:
+def merge(directories: list[Path]) -> tuple[str, int, list[dict[str, Any]]]:
     """The last job: every cell's row (what ran, its counts, its time, pytest's exit status), then
     the known bugs the pipeline saw, each with the cells that met it (xfailed) and those where it
     did not show (xpassed: fixed there, or a race not met). Exit status 1 when a cell failed or
-    left no results."""
-    rows: list[list[Any]] = []
-    seen: dict[str, dict[str, list[str]]] = collections.defaultdict(lambda: collections.defaultdict(list))
-    bad = 0
+    left no results. Also returns the records the text is made of (``--json`` keeps them)."""
+    records: list[dict[str, Any]] = []
     for where in sorted(directories):
         cell_file, results_file = where / CELL_FILE, where / "results.json"
         if not cell_file.exists() or not results_file.exists():
-            rows.append([where.name, "-", "-", "-", *["-"] * len(OUTCOMES), "-", "no results"])
-            bad += 1
+            records.append({"cell": where.name})
             continue
         cell, results = json.loads(cell_file.read_text()), json.loads(results_file.read_text())
         counts = collections.Counter(results["cases"].values())
-        family = f"{cell['family']} {cell['rounds']}".strip()
-        rows.append([cell["qemu"], cell["version"], cell["build"], family, *(counts.get(o, 0) for o in OUTCOMES),
-                     f"{cell['seconds']:.0f}", cell["exit"]])  # fmt: skip
-        bad += cell["exit"] != 0
-        for case, reason in results.get("xfail_reasons", {}).items():
-            seen[_bug(reason)][results["cases"][case]].append(f"{cell['qemu']}/{cell['family']}")
-    headers = ["QEMU", "version", "build", "family", *OUTCOMES, "run (s)", "exit"]
-    text = tabulate(rows, headers=headers, tablefmt="github")
+        bugs = collections.Counter((_bug(reason), results["cases"][case])
+                                   for case, reason in results.get("xfail_reasons", {}).items())  # fmt: skip
+        records.append({**cell, "cell": where.name, "counts": dict(counts),
+                        "bugs": [[bug, outcome, n] for (bug, outcome), n in sorted(bugs.items())]})  # fmt: skip
+    text = merged_text(records)
+    return text, 1 if any("counts" not in r or r["exit"] != 0 for r in records) else 0, records
+
+
+def merged_text(records: list[dict[str, Any]]) -> str:
+    """The merge job's tables from its records (docs/pipeline.md quotes one, kept by a self-test)."""
+    rows: list[list[Any]] = []
+    seen: dict[str, dict[str, list[str]]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    for record in records:
+        if "counts" not in record:
+            rows.append([record["cell"], "-", "-", "-", *["-"] * len(OUTCOMES), "-", "no results"])
+            continue
+        family = f"{record['family']} {record['rounds']}".strip()
+        counts = [record["counts"].get(outcome, 0) for outcome in OUTCOMES]
+        rows.append([record["qemu"], record["version"], record["build"], family, *counts,
+                     f"{record['seconds']:.0f}", record["exit"]])  # fmt: skip
+        for bug, outcome, n in record["bugs"]:
+            seen[bug][outcome] += [f"{record['qemu']}/{record['family']}"] * n
+    text = tabulate(rows, headers=["QEMU", "version", "build", "family", *OUTCOMES, "run (s)", "exit"],
+                    tablefmt="github")  # fmt: skip
     bugs = [[bug, _cells(by["xfailed"]), _cells(by["xpassed"])] for bug, by in sorted(seen.items())]
     if bugs:
         headers = ["known bug", "met (xfailed): cases per cell", "not met (xpassed)"]
         text += "\n\n" + tabulate(bugs, headers=headers, tablefmt="github")
-    return text, 1 if bad else 0
+    return text
 
 
 def _bug(reason: str) -> str:
@@ -218,6 +231,6 @@ def run_described(name: str, root: Path) -> int:
     binaries = {qemu: build_qemu(description, qemu) for qemu in description.builds[name]}
     for cell in cells:
         run_cell(description, cell, binaries[cell.qemu], root / cell.name)
-    text, status = merge([root / cell.name for cell in cells])
+    text, status, _ = merge([root / cell.name for cell in cells])
     print(f"\n{text}")
     return status
