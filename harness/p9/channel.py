@@ -15,9 +15,7 @@ the device status) and a way to say what QEMU printed, never the QEMU process it
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -38,15 +36,11 @@ log = logging.getLogger(__name__)
 VIRTIO_MSIZE_LIMIT = (VIRTQUEUE_MAX_SIZE - 2) * PAGE
 #: Bytes of the awaited reply buffer read together with each poll of the used ring.
 READ_AHEAD = 512
-#: A wait on shared RAM polls the used ring back to back this long (``Channel.spin_seconds``; see
-#: :func:`share_cpus`), then sleeps between polls: most replies come within a few hundred
-#: microseconds, and a sleeping poller costs a timer wake-up (~60 µs or more) per reply.
+#: A wait on shared RAM polls the used ring back to back this long, then sleeps between polls:
+#: most replies come within a few hundred microseconds, and a sleeping poller costs a timer
+#: wake-up (~60 µs or more) per reply.
 SPIN_SECONDS = 500e-6
 SLEEP_SECONDS = 100e-6
-#: A wait that does not spin sleeps this long between polls, with the timer slack at
-#: FINE_TIMER_SLACK_NS, so that a sleep is as long as asked (Linux adds 50 µs by default).
-SHARED_SLEEP_SECONDS = 30e-6
-FINE_TIMER_SLACK_NS = 1000
 #: On the qtest path each poll is a round trip (its own pause): so many, then sleeps, as before
 #: shared RAM (the baseline the benches compare with stays as it was).
 QTEST_SPIN_POLLS = 100
@@ -143,32 +137,8 @@ class Completion(NamedTuple):
     server_seconds: float = 0.0
 
 
-def share_cpus(busy_processes: int) -> None:
-    """How this process's waits use the CPU, given ``busy_processes`` like it (xdist workers, each
-    with its QEMUs) on this machine. Back-to-back polling pays only while a CPU is idle: with at
-    least as many busy processes as CPUs, a spinning wait takes the CPU its own QEMU (or another
-    worker) needs to make progress, and the run's wall time follows the CPU time of both. Waits
-    then poll every SHARED_SLEEP_SECONDS from the start, with a timer slack fine enough that the
-    sleep is that long. The one place the policy is set; ``pytest -n 2`` on two cores is the case
-    it is for (docs/speed.md)."""
-    if busy_processes < len(os.sched_getaffinity(0)):
-        Channel.spin_seconds, Channel.sleep_seconds = SPIN_SECONDS, SLEEP_SECONDS
-        return
-    Channel.spin_seconds, Channel.sleep_seconds = 0.0, SHARED_SLEEP_SECONDS
-    with contextlib.suppress(OSError, AttributeError):  # a libc without prctl: sleeps are longer
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_TIMERSLACK, FINE_TIMER_SLACK_NS, 0, 0, 0)
-
-
-#: prctl(2)'s option number (linux/prctl.h)
-PR_SET_TIMERSLACK = 29
-
-
 class Channel:
     """9P requests over the request queue of one brought-up :class:`Driver`."""
-
-    #: how long a wait on shared RAM polls back to back, and then sleeps between polls (share_cpus)
-    spin_seconds = SPIN_SECONDS
-    sleep_seconds = SLEEP_SECONDS
 
     #: requests submitted by every channel of this process: the summary's count of what QEMU served
     submitted_in_process = 0
@@ -313,9 +283,9 @@ class Channel:
                 interval = min(2 * interval, HEALTH_CHECK_INTERVAL)
                 next_check = now + interval
             polls += 1
-            if (now - start >= self.spin_seconds) if mapped else polls > QTEST_SPIN_POLLS:
+            if (now - start > SPIN_SECONDS) if mapped else polls > QTEST_SPIN_POLLS:
                 self.driver.tend()
-                time.sleep(self.sleep_seconds if mapped else QTEST_SLEEP_SECONDS)
+                time.sleep(SLEEP_SECONDS if mapped else QTEST_SLEEP_SECONDS)
         return self._done.pop(request)
 
     def completed(self, request: Request) -> bool:
