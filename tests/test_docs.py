@@ -119,6 +119,23 @@ def test_the_bench_figures_in_the_docs_are_the_benches_output(record: Path) -> N
     assert text in (PROJECT / "docs" / "speed.md").read_text(), f"docs/speed.md: paste {record.name}'s table"
 
 
+@pytest.mark.parametrize("record", sorted((PROJECT / "docs").glob("profile-*.json")), ids=lambda path: path.name)
+def test_the_profiles_in_the_docs_are_the_commands_output(record: Path) -> None:
+    """docs/speed.md's breakdowns of a whole run are ``python -m harness profile --json``'s, printed again."""
+    from harness.tools.profile import profile_text
+
+    text = profile_text(json.loads(record.read_text()))
+    assert text in (PROJECT / "docs" / "speed.md").read_text(), f"docs/speed.md: paste {record.name}'s tables"
+
+
+def test_the_pipeline_table_in_the_docs_is_the_merge_jobs_output() -> None:
+    """docs/pipeline.md's table of a pipeline run is ``matrix --merge --json``'s, printed again."""
+    from harness.tools.pipeline import merged_text
+
+    records = json.loads((PROJECT / "docs" / "pipeline-small.json").read_text())
+    assert merged_text(records) in (PROJECT / "docs" / "pipeline.md").read_text(), "docs/pipeline.md: paste it"
+
+
 @pytest.mark.parametrize("record", sorted((PROJECT / "docs").glob("bench-releases*.json")), ids=lambda path: path.name)
 def test_the_release_figures_in_the_docs_are_the_commands_output(record: Path) -> None:
     """docs/speed.md's tables across releases are ``bench releases --json``'s, printed again."""

@@ -177,6 +177,7 @@ def _add_profile(sub: Any) -> None:
     prof.add_argument("--quick", action="store_true", help="QEMU's own cases only (--qemu-suite): seconds")
     prof.add_argument("--rate", type=int, default=100, help="py-spy samples per second per thread (default 100)")
     prof.add_argument("--json", metavar="FILE", help="keep the measurements in FILE (docs/speed.md quotes one)")
+    prof.add_argument("--baseline", metavar="REV", help="profile git revision REV's harness instead (the before)")
     prof.add_argument("selection", nargs=argparse.REMAINDER, help="more pytest arguments, e.g. -- -m walk")
 
 
@@ -343,7 +344,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from harness.tools.profile import profile
 
         selection = [arg for arg in args.selection if arg != "--"]
-        return profile(args.qemu_binary, args.quick, args.rate, args.json, selection)
+        return profile(args.qemu_binary, args.quick, args.rate, args.json, selection, args.baseline)
     if args.command == "replay":
         from harness.tools.replay import replay as run_replay
 

@@ -183,8 +183,8 @@ def merge(directories: list[Path]) -> tuple[str, int, list[dict[str, Any]]]:
             continue
         cell, results = json.loads(cell_file.read_text()), json.loads(results_file.read_text())
         counts = collections.Counter(results["cases"].values())
-        bugs = collections.Counter((_bug(reason), results["cases"][case])
-                                   for case, reason in results.get("xfail_reasons", {}).items())  # fmt: skip
+        bugs = collections.Counter((bug, results["cases"][case]) for case, reason in results.get("xfail_reasons", {}).items()
+                                   for bug in bugs_of(reason))  # fmt: skip
         records.append({**cell, "cell": where.name, "counts": dict(counts),
                         "bugs": [[bug, outcome, n] for (bug, outcome), n in sorted(bugs.items())]})  # fmt: skip
     text = merged_text(records)
@@ -214,9 +214,18 @@ def merged_text(records: list[dict[str, Any]]) -> str:
     return text
 
 
-def _bug(reason: str) -> str:
-    """A known bug's name: its reason's first clause (the markers' reasons start with it)."""
-    return re.split(r"[:;(]", reason, maxsplit=1)[0].strip()[:80]
+#: A table case's reason names each bug its cells met, after the cell: ``file/host/.../x (wstat-time-sign)``.
+TABLE_BUGS = re.compile(r"^\d+ of \d+ cells met known bugs: ")
+
+
+def bugs_of(reason: str) -> list[str]:
+    """The known bugs an xfail's reason names: a marker's own reason, its first clause, without
+    the versions the harness puts before it; a table case's, every bug its cells met (by name)."""
+    if TABLE_BUGS.match(reason):
+        named = sorted(set(re.findall(r"\(([a-z][a-z0-9-]+)\)(?:;|$)", reason)))
+        return named or ["(a table's bugs: see the case)"]
+    own = re.sub(r"^known QEMU bug \([^)]*\): ", "", reason)
+    return [re.split(r": |; ", own, maxsplit=1)[0].strip()[:90]]
 
 
 def _cells(found: list[str]) -> str:

@@ -18,6 +18,7 @@ each, and the rest, the cases' own requests.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import re
@@ -33,6 +34,7 @@ from tabulate import tabulate
 
 from harness.errors import HarnessError, ProvisionError
 from harness.qemu import provision
+from harness.tools.bench.suite import checked_out, short_revision
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -98,26 +100,21 @@ def read_samples(raw: str) -> Sampled:
     return Sampled(dict(counts), sum(counts.values()))
 
 
-def profile(explicit: str | None, quick: bool, rate: int, json_path: str | None, selection: list[str]) -> int:
+def profile(
+    explicit: str | None, quick: bool, rate: int, json_path: str | None, selection: list[str],
+    baseline: str | None = None,
+) -> int:  # fmt: skip
+    """Profile a run of this tree, or with ``baseline`` (a git revision) of that revision's
+    harness, checked out beside: the breakdown before a change, next to the one after."""
     spy = shutil.which("py-spy", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     if spy is None:
         raise ProvisionError("py-spy is not installed: `make venv` installs it (pyproject's dev extra)")
     binary, _ = provision.find_qemu(explicit)
-    pytest = [sys.executable, "-m", "pytest", "cases/", "-q", "-p", "no:cacheprovider", "-n", "2"]
-    pytest += ["--qemu-binary", str(binary), *(["--qemu-suite"] if quick else []), *selection]
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = str(provision.cache_root() / "pycache")  # as `make conformance` runs
-    with tempfile.TemporaryDirectory(prefix="v9p-profile-") as where:
-        raw = Path(where) / "samples.txt"
-        argv = [spy, "record", "--subprocesses", "--nonblocking", "--format", "raw", "--rate", str(rate)]
-        done = subprocess.run([*argv, "-o", str(raw), "--", *pytest], cwd=PROJECT, env=env, capture_output=True,
-                              text=True, check=False)  # fmt: skip
-        output = done.stdout + done.stderr
-        if not raw.exists():
-            raise HarnessError(f"py-spy wrote no samples (exit {done.returncode}):\n{output[-3000:]}")
-        sampled = read_samples(raw.read_text())
-    data = measured(output, sampled)
-    data["title"] = (f"where a `pytest cases/ -n 2{' --qemu-suite' if quick else ''}` run's time goes, on "
+    with contextlib.ExitStack() as stack:
+        tree = stack.enter_context(checked_out(baseline)) if baseline else PROJECT
+        data = _profiled(spy, binary, quick, rate, selection, tree)
+    which = f" of {baseline} ({short_revision(baseline)})" if baseline else ""
+    data["title"] = (f"where a `pytest cases/ -n 2{' --qemu-suite' if quick else ''}` run's time goes{which}, on "
                      f"{binary}, {rate} samples/s per thread")  # fmt: skip
     print(profile_text(data))
     if json_path:
@@ -126,12 +123,28 @@ def profile(explicit: str | None, quick: bool, rate: int, json_path: str | None,
     return 0
 
 
+def _profiled(spy: str, binary: Path, quick: bool, rate: int, selection: list[str], tree: Path) -> dict[str, Any]:
+    pytest = [sys.executable, "-m", "pytest", "cases/", "-q", "-p", "no:cacheprovider", "-n", "2"]
+    pytest += ["--qemu-binary", str(binary), *(["--qemu-suite"] if quick else []), *selection]
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(provision.cache_root() / "pycache")  # as `make conformance` runs
+    with tempfile.TemporaryDirectory(prefix="v9p-profile-") as where:
+        raw = Path(where) / "samples.txt"
+        argv = [spy, "record", "--subprocesses", "--nonblocking", "--format", "raw", "--rate", str(rate)]
+        done = subprocess.run([*argv, "-o", str(raw), "--", *pytest], cwd=tree, env=env, capture_output=True,
+                              text=True, check=False)  # fmt: skip
+        output = done.stdout + done.stderr
+        if not raw.exists():
+            raise HarnessError(f"py-spy wrote no samples (exit {done.returncode}):\n{output[-3000:]}")
+        return measured(output, read_samples(raw.read_text()))
+
+
 def measured(output: str, sampled: Sampled) -> dict[str, Any]:
     """The run's own figures (CPU lines, outcome counts) with the samples."""
     spent, phases = re.search(HARNESS_CPU, output), re.search(QEMU_PHASES, output)
     ends = [line for line in output.splitlines() if re.match(rf"=* ?{OUTCOMES}.* in [\d.]+s", line)]
     counts = re.findall(OUTCOMES, ends[-1]) if ends else []
-    if spent is None or phases is None or not counts or not sampled.total:
+    if spent is None or not counts or not sampled.total:
         raise HarnessError(f"the profiled run printed no summary to read:\n{output[-3000:]}")
     return {
         "wall": float(spent["wall"]),
@@ -139,7 +152,8 @@ def measured(output: str, sampled: Sampled) -> dict[str, Any]:
         "qemu": float(spent["qemu"]),
         "cases": sum(int(n) for n, _ in counts),
         "outcome": ", ".join(f"{n} {word}" for n, word in counts),
-        "phases": {key: float(value) for key, value in phases.groupdict().items()},
+        # None: a revision from before the summary measured QEMU's phases
+        "phases": {key: float(value) for key, value in phases.groupdict().items()} if phases else None,
         "samples": sampled.buckets,
     }
 
@@ -148,15 +162,22 @@ def profile_text(data: dict[str, Any]) -> str:
     """The profile's two tables from its measurements (``--json`` keeps them; docs/speed.md quotes this)."""
     samples: dict[str, int] = data["samples"]
     total, cases, phases = sum(samples.values()), data["cases"], data["phases"]
-    requests = max(phases["requests"], 1)
+    # a revision from before the QEMU phases were measured: its requests are not counted either
+    requests = max(phases["requests"], 1) if phases else None
     rows = []
     for name in [*(name for name, _ in BUCKETS), OTHER]:
         share = samples.get(name, 0) / total
         seconds = share * data["harness"]
-        per = f"{seconds / requests * 1e6:.1f} µs/request" if name.startswith("per request") else (
+        per = f"{seconds / requests * 1e6:.1f} µs/request" if name.startswith("per request") and requests else (
             f"{seconds / cases * 1e3:.2f} ms/case")  # fmt: skip
         rows.append([name, f"{share * 100:.1f}", f"{seconds:.2f}", per])
     harness = tabulate(rows, headers=["harness: bucket", "% of samples", "CPU s (share)", "each"], tablefmt="github")
+    head = (f"{data['title']}\n{data['outcome']} ({cases} cases) in {data['wall']:.1f} s: harness CPU "
+            f"{data['harness']:.1f} s ({data['harness'] / cases * 1e3:.1f} ms/case), QEMU CPU {data['qemu']:.1f} s "
+            f"({data['qemu'] / cases * 1e3:.1f} ms/case), harness / QEMU {data['harness'] / data['qemu']:.2f}; "
+            f"{total} samples")  # fmt: skip
+    if not phases:
+        return f"{head}\n{harness}\n\n(QEMU's phases: not measured by this revision)"
     phase_rows = (  # (name, count key, seconds key, unit of "each")
         ("starts", "starts", "start_s", 1e-3),
         ("per-test resets", "resets", "reset_s", 1e-3),
@@ -169,8 +190,4 @@ def profile_text(data: dict[str, Any]) -> str:
         for name, count, seconds, unit in phase_rows
     ]  # fmt: skip
     qemu = tabulate(qemu_rows, headers=["QEMU: phase", "count", "CPU s", "each"], tablefmt="github")
-    head = (f"{data['title']}\n{data['outcome']} ({cases} cases) in {data['wall']:.1f} s: harness CPU "
-            f"{data['harness']:.1f} s ({data['harness'] / cases * 1e3:.1f} ms/case), QEMU CPU {data['qemu']:.1f} s "
-            f"({data['qemu'] / cases * 1e3:.1f} ms/case), harness / QEMU {data['harness'] / data['qemu']:.2f}; "
-            f"{total} samples")  # fmt: skip
     return f"{head}\n{harness}\n\n{qemu}"

@@ -171,7 +171,7 @@ def bench_whole_suite(
             compared = "qtest"
         else:
             tree = stack.enter_context(checked_out(baseline))
-            compared = f"{baseline} ({_short(baseline)})"
+            compared = f"{baseline} ({short_revision(baseline)})"
             runners = {compared: (pytest, tree), "this tree": (pytest, PROJECT)}
         times: dict[str, list[float]] = {name: [] for name in runners}
         cpu: dict[str, list[list[float]]] = {name: [] for name in runners}
@@ -204,7 +204,8 @@ def _counts(outcome: str) -> tuple[int, ...]:
     return tuple(found.get(word, 0) for word in AGREED)
 
 
-def _short(revision: str) -> str:
+def short_revision(revision: str) -> str:
+    """A revision as git abbreviates its commit."""
     return subprocess.run(["git", "rev-parse", "--short", revision], cwd=PROJECT, capture_output=True, text=True,
                           check=True).stdout.strip()  # fmt: skip
 
