@@ -113,7 +113,7 @@ def profile(
     with contextlib.ExitStack() as stack:
         tree = stack.enter_context(checked_out(baseline)) if baseline else PROJECT
         data = _profiled(spy, binary, quick, rate, selection, tree)
-    which = f" of {baseline} ({short_revision(baseline)})" if baseline else ""
+    which = f" (the harness of {baseline}, {short_revision(baseline)})" if baseline else ""
     data["title"] = (f"where a `pytest cases/ -n 2{' --qemu-suite' if quick else ''}` run's time goes{which}, on "
                      f"{binary}, {rate} samples/s per thread")  # fmt: skip
     print(profile_text(data))
