@@ -183,7 +183,8 @@ def merge(directories: list[Path]) -> tuple[str, int, list[dict[str, Any]]]:
             continue
         cell, results = json.loads(cell_file.read_text()), json.loads(results_file.read_text())
         counts = collections.Counter(results["cases"].values())
-        bugs = collections.Counter((bug, results["cases"][case]) for case, reason in results.get("xfail_reasons", {}).items()
+        reasons = results.get("xfail_reasons", {})
+        bugs = collections.Counter((bug, results["cases"][case]) for case, reason in reasons.items()
                                    for bug in bugs_of(reason))  # fmt: skip
         records.append({**cell, "cell": where.name, "counts": dict(counts),
                         "bugs": [[bug, outcome, n] for (bug, outcome), n in sorted(bugs.items())]})  # fmt: skip
