@@ -79,8 +79,8 @@ clean:
 
 # The GitLab pipeline (.ci/gitlab-ci.yml) run here by gitlab-ci-local in its shell executor, a job at
 # a time (each cell's pytest runs -n 2), on matrix $(MATRIX) of .ci/matrix.yml (docs/pipeline.md).
-# gitlab-ci-local 4.55.0 runs on Debian's Node 20 (newer releases need Node 22); its shell isolation
-# copies each job's directory with rsync. Both go into the cache, not the checkout.
+# gitlab-ci-local 4.55.0 is the release tried here, on this machine's Node 20 (the newest need Node
+# 22), installed into the cache; its shell isolation copies each job's directory with rsync (apt).
 MATRIX ?= small
 GITLAB_CI_LOCAL := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/virtio9p-harness/gitlab-ci-local-4.55.0
 pipeline-local:

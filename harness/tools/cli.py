@@ -200,8 +200,11 @@ def _add_matrix(sub: Any) -> None:
         help="a test job: QEMU FAMILY [FIRST:COUNT] (a hunt's rounds), on --binary, into --out",
     )  # fmt: skip
     described.add_argument("--binary", help="with --cell: the QEMU binary (a build job's artifact)")
-    described.add_argument("--out", help="with --cell: the cell's directory (JUnit XML, results, artefacts)")
-    described.add_argument("--merge", metavar="DIR", help="the last job: merge the cells' directories under DIR")
+    described.add_argument("--out", help="with --cell: where the cells' directories go (JUnit, results, artefacts)")
+    described.add_argument(
+        "--merge", metavar="DIR",
+        help="the last job: merge the cells' directories under DIR (--described NAME: a row for each of its cells)",
+    )  # fmt: skip
 
 
 def _add_repl(sub: Any) -> None:
@@ -444,7 +447,8 @@ def _described_matrix(args: argparse.Namespace) -> int:
         binary = Path(args.binary).resolve()
         return pipeline.run_cell(description, pipeline.Cell(*args.cell), binary, Path(args.out).resolve())
     if args.merge:
-        text, status, records = pipeline.merge([path for path in Path(args.merge).iterdir() if path.is_dir()])
+        expected = description.matrix(args.described) if args.described else None
+        text, status, records = pipeline.merge(Path(args.merge), expected)
         print(text)
         if args.json:
             Path(args.json).write_text(json.dumps(records, indent=1) + "\n")

@@ -137,10 +137,11 @@ def build_qemu(description: Description, qemu: str, into: Path | None = None) ->
     return into / build.BINARY_NAME
 
 
-def run_cell(description: Description, cell: Cell, binary: Path, out: Path) -> int:
+def run_cell(description: Description, cell: Cell, binary: Path, cells: Path) -> int:
     """A test job: the cell's family on ``binary``, with JUnit XML, --results-json and the
-    artefacts in ``out`` beside ``cell.json`` (what ran, on what, how long, the exit status);
-    pytest's output on the terminal and in ``pytest.txt``. Returns pytest's exit status."""
+    artefacts in ``cells/<cell name>/`` beside ``cell.json`` (what ran, on what, how long, the exit
+    status); pytest's output on the terminal and in ``pytest.txt``. Returns pytest's exit status."""
+    out = cells / cell.name
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -170,13 +171,17 @@ def run_cell(description: Description, cell: Cell, binary: Path, out: Path) -> i
 OUTCOMES = ("passed", "failed", "error", "xfailed", "xpassed", "skipped")
 
 
-def merge(directories: list[Path]) -> tuple[str, int, list[dict[str, Any]]]:
+def merge(cells: Path, expected: list[Cell] | None = None) -> tuple[str, int, list[dict[str, Any]]]:
     """The last job: every cell's row (what ran, its counts, its time, pytest's exit status), then
     the known bugs the pipeline saw, each with the cells that met it (xfailed) and those where it
-    did not show (xpassed: fixed there, or a race not met). Exit status 1 when a cell failed or
-    left no results. Also returns the records the text is made of (``--json`` keeps them)."""
+    did not show (xpassed: fixed there, or a race not met). ``expected``: the matrix's cells, each
+    a row even where its job left nothing (it died before pytest: "no results"). Exit status 1
+    when a cell failed or left no results. Also returns the records the text is made of
+    (``--json`` keeps them)."""
+    found = {path.name for path in cells.iterdir() if path.is_dir()} if cells.is_dir() else set()
+    names = sorted(found | {cell.name for cell in expected or []})
     records: list[dict[str, Any]] = []
-    for where in sorted(directories):
+    for where in (cells / name for name in names):
         cell_file, results_file = where / CELL_FILE, where / "results.json"
         if not cell_file.exists() or not results_file.exists():
             records.append({"cell": where.name})
@@ -240,7 +245,7 @@ def run_described(name: str, root: Path) -> int:
     cells = description.matrix(name)
     binaries = {qemu: build_qemu(description, qemu) for qemu in description.builds[name]}
     for cell in cells:
-        run_cell(description, cell, binaries[cell.qemu], root / cell.name)
-    text, status, _ = merge([root / cell.name for cell in cells])
+        run_cell(description, cell, binaries[cell.qemu], root)
+    text, status, _ = merge(root, cells)
     print(f"\n{text}")
     return status
