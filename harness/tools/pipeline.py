@@ -34,6 +34,7 @@ from tabulate import tabulate
 
 from harness.errors import HarnessError, ProvisionError
 from harness.qemu import build, provision
+from harness.tools.matrix import OUTCOMES
 
 PROJECT = Path(__file__).resolve().parents[2]
 DESCRIPTION = PROJECT / ".ci" / "matrix.yml"
@@ -165,10 +166,6 @@ def run_cell(description: Description, cell: Cell, binary: Path, cells: Path) ->
               "build": variant or "plain", "seconds": round(time.monotonic() - start, 1), "exit": status}  # fmt: skip
     (out / CELL_FILE).write_text(json.dumps(record, indent=1) + "\n")
     return status
-
-
-#: the outcomes a cell's row counts, in this order
-OUTCOMES = ("passed", "failed", "error", "xfailed", "xpassed", "skipped")
 
 
 def merge(cells: Path, expected: list[Cell] | None = None) -> tuple[str, int, list[dict[str, Any]]]:

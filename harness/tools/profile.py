@@ -34,7 +34,7 @@ from tabulate import tabulate
 
 from harness.errors import HarnessError, ProvisionError
 from harness.qemu import provision
-from harness.tools.bench.suite import checked_out, short_revision
+from harness.tools.bench.suite import SUITE_CPU, checked_out, pytest_env, short_revision
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -62,8 +62,7 @@ BUCKETS: tuple[tuple[str, str], ...] = (
 )
 OTHER = "other (start-up, session end)"
 
-#: The summary's CPU lines (fixtures/summary.py, ``cpu_line``).
-HARNESS_CPU = r"CPU time over (?P<wall>[\d.]+) s: (?P<harness>[\d.]+) s in the harness .*?, (?P<qemu>[\d.]+) s in QEMU"
+#: The summary's second CPU line (fixtures/summary.py, ``cpu_line``; the first is bench suite's SUITE_CPU).
 QEMU_PHASES = (
     r"QEMU's CPU time: (?P<start_s>[\d.]+) s in (?P<starts>\d+) starts .*?, (?P<reset_s>[\d.]+) s in (?P<resets>\d+) "
     r"resets .*?, (?P<attach_s>[\d.]+) s in (?P<attaches>\d+) attaches .*?; (?P<rest_s>-?[\d.]+) s in "
@@ -126,8 +125,7 @@ def profile(
 def _profiled(spy: str, binary: Path, quick: bool, rate: int, selection: list[str], tree: Path) -> dict[str, Any]:
     pytest = [sys.executable, "-m", "pytest", "cases/", "-q", "-p", "no:cacheprovider", "-n", "2"]
     pytest += ["--qemu-binary", str(binary), *(["--qemu-suite"] if quick else []), *selection]
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = str(provision.cache_root() / "pycache")  # as `make conformance` runs
+    env = pytest_env()
     with tempfile.TemporaryDirectory(prefix="v9p-profile-") as where:
         raw = Path(where) / "samples.txt"
         argv = [spy, "record", "--subprocesses", "--nonblocking", "--format", "raw", "--rate", str(rate)]
@@ -141,7 +139,7 @@ def _profiled(spy: str, binary: Path, quick: bool, rate: int, selection: list[st
 
 def measured(output: str, sampled: Sampled) -> dict[str, Any]:
     """The run's own figures (CPU lines, outcome counts) with the samples."""
-    spent, phases = re.search(HARNESS_CPU, output), re.search(QEMU_PHASES, output)
+    spent, phases = re.search(SUITE_CPU, output), re.search(QEMU_PHASES, output)
     ends = [line for line in output.splitlines() if re.match(rf"=* ?{OUTCOMES}.* in [\d.]+s", line)]
     counts = re.findall(OUTCOMES, ends[-1]) if ends else []
     if spent is None or not counts or not sampled.total:

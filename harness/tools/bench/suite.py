@@ -41,6 +41,14 @@ def _passed(runner: str, output: str) -> int:
     return int(found.group(1)) if found else 0
 
 
+def pytest_env() -> dict[str, str]:
+    """The environment of a pytest run a bench or the profile times, as `make conformance` runs
+    it: bytecode cached outside the tree (see the Makefile), not compiled again each run."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(provision.cache_root() / "pycache")
+    return env
+
+
 #: ``bench suite``'s row of ``python -c "import pytest"``, in the same environment as our runs.
 PYTEST_FLOOR = "pytest's import alone"
 
@@ -57,9 +65,7 @@ def bench_suite(explicit: str | None, rounds: int, json_path: str | None = None)
     only = [arg for name in QEMU_72_CASES for arg in ("-p", f"{QOS_PREFIX}/{name}")]
     names = " or ".join(f"{name}]" for name in QEMU_72_CASES)  # the ids end in the path
     pytest = [sys.executable, "-m", "pytest", "cases/", "-q", "--qemu-binary", str(binary), "--qemu-suite", "-k", names]
-    # as `make conformance` runs it: bytecode cached outside the tree (see the Makefile)
-    ours = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
-    ours["PYTHONPYCACHEPREFIX"] = str(provision.cache_root() / "pycache")
+    ours = pytest_env()
     qtest_path = ["--guest-memory", "qtest"]
     runners = {
         "qos-test (QEMU's C suite)": ([str(qos_test), "-m", "slow", *only],
@@ -146,7 +152,7 @@ def _cpu_bound(cpu: dict[str, tuple[float, ...]]) -> str:
 
 
 #: The summary's line of where the CPU time went (fixtures/summary.py, ``cpu_line``).
-SUITE_CPU = r"CPU time over [\d.]+ s: (?P<harness>[\d.]+) s in the harness .*?, (?P<qemu>[\d.]+) s in QEMU"
+SUITE_CPU = r"CPU time over (?P<wall>[\d.]+) s: (?P<harness>[\d.]+) s in the harness .*?, (?P<qemu>[\d.]+) s in QEMU"
 #: The counts of a whole-suite run that must agree between its runners: xfailed and xpassed may
 #: differ, as races show when they will.
 AGREED = ("passed", "failed", "skipped", "error")
@@ -163,8 +169,7 @@ def bench_whole_suite(
     binary, _ = provision.find_qemu(explicit)
     pytest = [sys.executable, "-m", "pytest", "cases/", "-q", "-p", "no:cacheprovider", "-n", str(workers)]
     pytest += ["--qemu-binary", str(binary)]
-    ours = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
-    ours["PYTHONPYCACHEPREFIX"] = str(provision.cache_root() / "pycache")
+    ours = pytest_env()
     with contextlib.ExitStack() as stack:
         if baseline is None:
             runners = {mode: ([*pytest, "--guest-memory", mode], PROJECT) for mode in ("shared", "qtest")}
