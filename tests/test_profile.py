@@ -52,8 +52,8 @@ def test_each_sample_goes_to_the_first_bucket_one_of_its_frames_matches() -> Non
 )
 def test_quick_profile_of_a_real_run(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
     """QEMU's own cases, profiled: every sample is in a bucket, the CPU shares add up to the
-    harness's measured CPU time, and QEMU's phases are counted (a start per configuration at
-    least, a Tversion and Tattach per case that attaches)."""
+    harness's measured CPU time, QEMU's phases are counted (a start per configuration at least, a
+    Tversion and Tattach per case that attaches), and so is each case's cost, by case function."""
     out = tmp_path / "profile.json"
     done = harness("profile", "--quick", "--qemu-binary", str(qemu_under_test.binary), "--json", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
@@ -69,3 +69,11 @@ def test_quick_profile_of_a_real_run(tmp_path: Path, qemu_under_test: QemuUnderT
         phases["starts"] >= 2 and phases["attaches"] >= data["cases"] // 2 and phases["requests"] > phases["attaches"]
     )
     assert phases["start_s"] + phases["reset_s"] + phases["attach_s"] <= data["qemu"] + 0.01
+    # the third table: every case measured once, its requests those the run counted, its CPU within the run's
+    functions = data["functions"]
+    assert sum(f["cases"] for f in functions) == data["cases"]
+    assert sum(f["requests"] for f in functions) == phases["requests"]
+    assert 0 < sum(f["harness_cpu_s"] for f in functions) <= data["harness"]
+    assert 0 < sum(f["qemu_cpu_s"] for f in functions) <= data["qemu"]
+    costliest = [f["harness_cpu_s"] for f in functions]
+    assert costliest == sorted(costliest, reverse=True) and profile.functions_text(functions) in text

@@ -129,12 +129,30 @@ def _profiled(spy: str, binary: Path, quick: bool, rate: int, selection: list[st
     with tempfile.TemporaryDirectory(prefix="v9p-profile-") as where:
         raw = Path(where) / "samples.txt"
         argv = [spy, "record", "--subprocesses", "--nonblocking", "--format", "raw", "--rate", str(rate)]
-        done = subprocess.run([*argv, "-o", str(raw), "--", *pytest], cwd=tree, env=env, capture_output=True,
-                              text=True, check=False)  # fmt: skip
+        results = Path(where) / "results.json"
+        done = subprocess.run([*argv, "-o", str(raw), "--", *pytest, "--results-json", str(results)], cwd=tree,
+                              env=env, capture_output=True, text=True, check=False)  # fmt: skip
         output = done.stdout + done.stderr
         if not raw.exists():
             raise HarnessError(f"py-spy wrote no samples (exit {done.returncode}):\n{output[-3000:]}")
-        return measured(output, read_samples(raw.read_text()))
+        data = measured(output, read_samples(raw.read_text()))
+        # a revision from before the cases' costs were recorded has none
+        costs = json.loads(results.read_text()).get("costs", {}) if results.exists() else {}
+        data["functions"] = by_function(costs) if costs else None
+        return data
+
+
+def by_function(costs: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    """The cases' costs (``--results-json``'s, fixtures/summary.py ``COSTS``) added up per case
+    function (``cases/test_states.py::test_every_state``), the costliest in harness CPU first."""
+    found: dict[str, dict[str, Any]] = {}
+    for nodeid, cost in costs.items():
+        row = found.setdefault(nodeid.split("[")[0], {"cases": 0, "harness_cpu_s": 0.0, "qemu_cpu_s": 0.0,
+                                                       "requests": 0})  # fmt: skip
+        row["cases"] += 1
+        for key in ("harness_cpu_s", "qemu_cpu_s", "requests"):
+            row[key] += cost[key]
+    return [{"function": name, **row} for name, row in sorted(found.items(), key=lambda kv: -kv[1]["harness_cpu_s"])]
 
 
 def measured(output: str, sampled: Sampled) -> dict[str, Any]:
@@ -188,4 +206,29 @@ def profile_text(data: dict[str, Any]) -> str:
         for name, count, seconds, unit in phase_rows
     ]  # fmt: skip
     qemu = tabulate(qemu_rows, headers=["QEMU: phase", "count", "CPU s", "each"], tablefmt="github")
-    return f"{head}\n{harness}\n\n{qemu}"
+    functions = data.get("functions")
+    return f"{head}\n{harness}\n\n{qemu}" + (f"\n\n{functions_text(functions)}" if functions else "")
+
+
+#: how many case functions the profile's third table names (the rest are added up in one row)
+FUNCTIONS_SHOWN = 12
+
+
+def functions_text(functions: list[dict[str, Any]]) -> str:
+    """The third table: the case functions that cost the harness most, each case measured on its
+    own (CPU clocks read around it: fixtures/summary.py), not sampled."""
+    shown, rest = functions[:FUNCTIONS_SHOWN], functions[FUNCTIONS_SHOWN:]
+    if rest:
+        shown = [*shown, {"function": f"the other {len(rest)} functions", **{key: sum(f[key] for f in rest)
+                 for key in ("cases", "harness_cpu_s", "qemu_cpu_s", "requests")}}]  # fmt: skip
+    total = sum(f["harness_cpu_s"] for f in functions)
+    rows = [
+        [f["function"].removeprefix("cases/"), f["cases"], f"{f['harness_cpu_s']:.1f}",
+         f"{f['harness_cpu_s'] / total * 100:.1f}", f"{f['harness_cpu_s'] / f['cases'] * 1e3:.1f}",
+         f"{f['qemu_cpu_s']:.1f}", int(f["requests"]),
+         f"{f['harness_cpu_s'] / f['qemu_cpu_s']:.1f}" if f["qemu_cpu_s"] else "-"]
+        for f in shown
+    ]  # fmt: skip
+    headers = ["case function", "cases", "harness CPU s", "% of cases' harness CPU", "ms/case", "QEMU CPU s",
+               "requests", "harness / QEMU"]  # fmt: skip
+    return tabulate(rows, headers=headers, tablefmt="github")
