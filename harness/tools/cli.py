@@ -172,7 +172,9 @@ def _add_replay(sub: Any) -> None:
 
 
 def _add_profile(sub: Any) -> None:
-    prof = sub.add_parser("profile", help="where a whole -n 2 run's time goes: the harness's buckets, QEMU's phases")
+    prof = sub.add_parser(
+        "profile", help="where a whole -n 2 run's time goes: the harness's buckets, QEMU's phases, the costliest cases"
+    )
     prof.add_argument("--qemu-binary")
     prof.add_argument("--quick", action="store_true", help="QEMU's own cases only (--qemu-suite): seconds")
     prof.add_argument("--rate", type=int, default=100, help="py-spy samples per second per thread (default 100)")

@@ -12,6 +12,10 @@ QEMU's side comes from the summary's second CPU line (fixtures/summary.py): its 
 starts, per-test resets and the cases' Tversion/Tattach, measured on its CPU-time clock around
 each, and the rest, the cases' own requests.
 
+The third table is measured as well: each case's harness CPU time, its QEMU's and its requests,
+which its teardown report carries (fixtures/summary.py ``COSTS``; the run's ``--results-json``),
+added up per case function.
+
 ``--quick`` profiles QEMU's own cases only (``--qemu-suite``): seconds, for the self-test.
 """
 
@@ -142,7 +146,7 @@ def _profiled(spy: str, binary: Path, quick: bool, rate: int, selection: list[st
         return data
 
 
-def by_function(costs: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+def by_function(costs: dict[str, dict[str, float | None]]) -> list[dict[str, Any]]:
     """The cases' costs (``--results-json``'s, fixtures/summary.py ``COSTS``) added up per case
     function (``cases/test_states.py::test_every_state``), the costliest in harness CPU first."""
     found: dict[str, dict[str, Any]] = {}
@@ -151,7 +155,7 @@ def by_function(costs: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
                                                        "requests": 0})  # fmt: skip
         row["cases"] += 1
         for key in ("harness_cpu_s", "qemu_cpu_s", "requests"):
-            row[key] += cost[key]
+            row[key] += cost.get(key) or 0  # (no QEMU CPU time where none was measured: fixtures/summary.py)
     return [{"function": name, **row} for name, row in sorted(found.items(), key=lambda kv: -kv[1]["harness_cpu_s"])]
 
 
@@ -175,7 +179,8 @@ def measured(output: str, sampled: Sampled) -> dict[str, Any]:
 
 
 def profile_text(data: dict[str, Any]) -> str:
-    """The profile's two tables from its measurements (``--json`` keeps them; docs/speed.md quotes this)."""
+    """The profile's tables from its measurements (``--json`` keeps them; docs/speed.md quotes this):
+    the harness's buckets, QEMU's phases, and the cases' costs by case function where measured."""
     samples: dict[str, int] = data["samples"]
     total, cases, phases = sum(samples.values()), data["cases"], data["phases"]
     # a revision from before the QEMU phases were measured: its requests are not counted either
