@@ -146,15 +146,18 @@ def _profiled(spy: str, binary: Path, quick: bool, rate: int, selection: list[st
         return data
 
 
+#: a case's costs as --results-json keeps them (fixtures/summary.py ``COSTS``), which the third table adds up
+COSTS = ("harness_cpu_s", "qemu_cpu_s", "requests")
+
+
 def by_function(costs: dict[str, dict[str, float | None]]) -> list[dict[str, Any]]:
-    """The cases' costs (``--results-json``'s, fixtures/summary.py ``COSTS``) added up per case
-    function (``cases/test_states.py::test_every_state``), the costliest in harness CPU first."""
+    """The cases' costs (``--results-json``'s) added up per case function
+    (``cases/test_states.py::test_every_state``), the costliest in harness CPU first."""
     found: dict[str, dict[str, Any]] = {}
     for nodeid, cost in costs.items():
-        row = found.setdefault(nodeid.split("[")[0], {"cases": 0, "harness_cpu_s": 0.0, "qemu_cpu_s": 0.0,
-                                                       "requests": 0})  # fmt: skip
+        row = found.setdefault(nodeid.split("[")[0], {"cases": 0, **dict.fromkeys(COSTS, 0.0)})
         row["cases"] += 1
-        for key in ("harness_cpu_s", "qemu_cpu_s", "requests"):
+        for key in COSTS:
             row[key] += cost.get(key) or 0  # (no QEMU CPU time where none was measured: fixtures/summary.py)
     return [{"function": name, **row} for name, row in sorted(found.items(), key=lambda kv: -kv[1]["harness_cpu_s"])]
 
@@ -225,7 +228,7 @@ def functions_text(functions: list[dict[str, Any]]) -> str:
     shown, rest = functions[:FUNCTIONS_SHOWN], functions[FUNCTIONS_SHOWN:]
     if rest:
         shown = [*shown, {"function": f"the other {len(rest)} functions", **{key: sum(f[key] for f in rest)
-                 for key in ("cases", "harness_cpu_s", "qemu_cpu_s", "requests")}}]  # fmt: skip
+                 for key in ("cases", *COSTS)}}]  # fmt: skip
     total = sum(f["harness_cpu_s"] for f in functions)
     rows = [
         [f["function"].removeprefix("cases/"), f["cases"], f"{f['harness_cpu_s']:.1f}",
