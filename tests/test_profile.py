@@ -25,6 +25,7 @@ RAW = "\n".join(
         (f"{WORKER};MachinePool.get (fixtures/pool.py:80);Driver.reset (harness/virtio/driver.py:9)", 3),
         (f"{CELLS};Session.send (harness/p9/session.py:213);encode (harness/p9/wire.py:10)", 7),
         (f"{CELLS};Pending.wait (harness/p9/session.py:153);Channel.wait (harness/p9/channel.py:261)", 11),
+        (f"{CELLS};Channel.submit (harness/p9/channel.py:190);Channel._publish (harness/p9/channel.py:262)", 4),
         (f"{CELLS};Export.copy (fixtures/model.py:9)", 13),
         (f"{WORKER};CallInfo.from_call (_pytest/runner.py:2)", 2),
         ('process 0:"";serve (execnet/gateway_base.py:1)', 1),
@@ -34,12 +35,13 @@ RAW = "\n".join(
 
 def test_each_sample_goes_to_the_first_bucket_one_of_its_frames_matches() -> None:
     sampled = profile.read_samples(RAW)
-    assert sampled.total == 42
+    assert sampled.total == 46
     assert sampled.buckets == {
         "start-up: imports": 5,
         "per case: per-test reset": 3,  # not "ring and notify": the reset comes first
         "per request: encode": 7,
         "per request: waiting for the reply": 11,
+        "per request: notify": 4,  # not "ring (the rest)", which Channel.submit's frame matches too
         "per case: checks (model, judge, tables)": 13,
         "per case: pytest and pluggy": 2,
         "xdist: controller and channels": 1,
@@ -75,5 +77,13 @@ def test_quick_profile_of_a_real_run(tmp_path: Path, qemu_under_test: QemuUnderT
     assert sum(f["requests"] for f in functions) == phases["requests"]
     assert 0 < sum(f["harness_cpu_s"] for f in functions) <= data["harness"]
     assert 0 < sum(f["qemu_cpu_s"] for f in functions) <= data["qemu"]
+    # the waits and notifies measured: the run's, its cases' part of the waits, and their rows the measured times
+    spent = data["spent"]
+    assert 0 < sum(f["wait_cpu_s"] for f in functions) <= spent["wait_s"] + 0.01
+    assert spent["waits"] >= phases["requests"] and spent["wait_s"] + spent["notify_s"] < data["harness"]
+    rows = {
+        row.split("|")[1].strip(): float(row.split("|")[3]) for row in text.splitlines() if row.startswith("| per ")
+    }
+    assert rows[profile.WAITING] == round(spent["wait_s"], 2) and rows[profile.NOTIFYING] == round(spent["notify_s"], 2)
     costliest = [f["harness_cpu_s"] for f in functions]
     assert costliest == sorted(costliest, reverse=True) and profile.functions_text(functions) in text

@@ -4,11 +4,15 @@ The run is sampled by py-spy (``record --subprocesses --nonblocking``: every pyt
 xdist controller and its workers, without stopping them), and each sample is put in the first
 bucket of :data:`BUCKETS` that one of its frames matches. A sample is a thread that was running,
 or ready to run and waiting for a CPU: on two busy cores a worker that has just woken its QEMU
-often waits for the CPU QEMU took, and that wait is sampled where it happened (the notify). The
-table spreads the harness's measured CPU time (the summary's CPU line) over the buckets in
-proportion to their samples, and divides by the cases and the requests of the run.
+often waits for the CPU QEMU took, and that wait is sampled where it happened (the notify). So
+the waits for a reply and the notifies are measured, not sampled: the summary's harness line has
+the CPU time the threads spent in them (harness/p9/channel.py, ``Spent``), which are their rows;
+the table spreads the rest of the harness's measured CPU time (the summary's CPU line) over the
+other buckets in proportion to their samples, and divides by the cases and the requests of the
+run. Each measured row's share of samples stays beside its seconds, and the header counts the
+samples py-spy could not read: what the shares of the other rows are worth.
 
-QEMU's side comes from the summary's second CPU line (fixtures/summary.py): its CPU time in
+QEMU's side comes from the summary's CPU line of QEMU (fixtures/summary.py): its CPU time in
 starts, per-test resets and the cases' Tversion/Tattach, measured on its CPU-time clock around
 each, and the rest, the cases' own requests.
 
@@ -42,6 +46,9 @@ from harness.tools.bench.suite import SUITE_CPU, checked_out, pytest_env, short_
 
 PROJECT = Path(__file__).resolve().parents[2]
 
+#: The buckets whose CPU time is measured (:data:`HARNESS_SPENT`'s seconds); the others share the rest by samples.
+WAITING, NOTIFYING = "per request: waiting for the reply", "per request: notify"
+MEASURED = {WAITING: "wait_s", NOTIFYING: "notify_s"}
 #: (bucket, frame pattern), in order: a sample goes to the first bucket one of its frames matches.
 #: A frame reads ``function (path:line)``, the path relative to its entry of sys.path.
 BUCKETS: tuple[tuple[str, str], ...] = (
@@ -54,10 +61,11 @@ BUCKETS: tuple[tuple[str, str], ...] = (
     ("per case: trace, reproducer, evidence", r" \((fixtures/evidence\.py|harness/p9/(trace|pcap)\.py)"),
     ("per case: summary bookkeeping", r" \(fixtures/summary\.py"),
     ("per case: fixtures (other)", r"^pytest_fixture_setup \(_pytest/fixtures\.py|^SetupState\.teardown_exact "),
-    ("per request: waiting for the reply", r"^Channel\.wait \(harness/p9/channel\.py"),
+    (WAITING, r"^Channel\.wait \(harness/p9/channel\.py"),
     ("per request: encode", r"^(encode|encode_fields) \(harness/p9/wire\.py"),
     ("per request: decode", r"^(decode|peek_header) \(harness/p9/wire\.py"),
-    ("per request: ring and notify", r" \(harness/(virtio|qemu)/|^Channel\.\w+ \(harness/p9/channel\.py"),
+    (NOTIFYING, r"^Channel\._publish \(harness/p9/channel\.py"),
+    ("per request: ring (the rest)", r" \(harness/(virtio|qemu)/|^Channel\.\w+ \(harness/p9/channel\.py"),
     ("per request: session bookkeeping", r" \(harness/p9/"),
     ("per case: checks (model, judge, tables)", r" \(fixtures/"),
     ("per case: the cases' own code", r" \(cases/"),
@@ -66,7 +74,15 @@ BUCKETS: tuple[tuple[str, str], ...] = (
 )
 OTHER = "other (start-up, session end)"
 
-#: The summary's second CPU line (fixtures/summary.py, ``cpu_line``; the first is bench suite's SUITE_CPU).
+#: The summary's harness line (fixtures/summary.py, ``_harness_spent``): its CPU time in the waits
+#: for a reply and in the notifies, each measured.
+HARNESS_SPENT = (
+    r"the harness's CPU time: (?P<wait_s>[\d.]+) s in (?P<waits>\d+) waits for a reply .*?, "
+    r"(?P<notify_s>[\d.]+) s in (?P<notifies>\d+) notifies"
+)
+#: py-spy's count of what it sampled and could not read (``record`` prints it as it ends)
+SPY_ERRORS = r"Samples: (?P<samples>\d+) Errors: (?P<errors>\d+)"
+#: The summary's CPU line of QEMU (fixtures/summary.py, ``cpu_line``; the first is bench suite's SUITE_CPU).
 QEMU_PHASES = (
     r"QEMU's CPU time: (?P<start_s>[\d.]+) s in (?P<starts>\d+) starts .*?, (?P<reset_s>[\d.]+) s in (?P<resets>\d+) "
     r"resets .*?, (?P<attach_s>[\d.]+) s in (?P<attaches>\d+) attaches .*?; (?P<rest_s>-?[\d.]+) s in "
@@ -147,7 +163,7 @@ def _profiled(spy: str, binary: Path, quick: bool, rate: int, selection: list[st
 
 
 #: a case's costs as --results-json keeps them (fixtures/summary.py ``COSTS``), which the third table adds up
-COSTS = ("harness_cpu_s", "qemu_cpu_s", "requests")
+COSTS = ("harness_cpu_s", "qemu_cpu_s", "requests", "wait_cpu_s")
 
 
 def by_function(costs: dict[str, dict[str, float | None]]) -> list[dict[str, Any]]:
@@ -165,6 +181,7 @@ def by_function(costs: dict[str, dict[str, float | None]]) -> list[dict[str, Any
 def measured(output: str, sampled: Sampled) -> dict[str, Any]:
     """The run's own figures (CPU lines, outcome counts) with the samples."""
     spent, phases = re.search(SUITE_CPU, output), re.search(QEMU_PHASES, output)
+    spent_on, unread = re.search(HARNESS_SPENT, output), re.search(SPY_ERRORS, output)
     ends = [line for line in output.splitlines() if re.match(rf"=* ?{OUTCOMES}.* in [\d.]+s", line)]
     counts = re.findall(OUTCOMES, ends[-1]) if ends else []
     if spent is None or not counts or not sampled.total:
@@ -177,7 +194,10 @@ def measured(output: str, sampled: Sampled) -> dict[str, Any]:
         "outcome": ", ".join(f"{n} {word}" for n, word in counts),
         # None: a revision from before the summary measured QEMU's phases
         "phases": {key: float(value) for key, value in phases.groupdict().items()} if phases else None,
+        # None: a revision from before the summary measured the harness's waits and notifies
+        "spent": {key: float(value) for key, value in spent_on.groupdict().items()} if spent_on else None,
         "samples": sampled.buckets,
+        "unread_samples": int(unread["errors"]) if unread else None,
     }
 
 
@@ -185,21 +205,36 @@ def profile_text(data: dict[str, Any]) -> str:
     """The profile's tables from its measurements (``--json`` keeps them; docs/speed.md quotes this):
     the harness's buckets, QEMU's phases, and the cases' costs by case function where measured."""
     samples: dict[str, int] = data["samples"]
-    total, cases, phases = sum(samples.values()), data["cases"], data["phases"]
+    total, cases, phases, spent = sum(samples.values()), data["cases"], data["phases"], data.get("spent")
     # a revision from before the QEMU phases were measured: its requests are not counted either
     requests = max(phases["requests"], 1) if phases else None
+    # the measured buckets take their own time; the others share the rest of the harness's by their samples
+    measured = {name: spent[key] for name, key in MEASURED.items()} if spent else {}
+    spread = data["harness"] - sum(measured.values())
+    spread_samples = max(total - sum(samples.get(name, 0) for name in measured), 1)
     rows = []
     for name in [*(name for name, _ in BUCKETS), OTHER]:
         share = samples.get(name, 0) / total
-        seconds = share * data["harness"]
+        seconds = measured.get(name, samples.get(name, 0) / spread_samples * spread)
         per = f"{seconds / requests * 1e6:.1f} µs/request" if name.startswith("per request") and requests else (
             f"{seconds / cases * 1e3:.2f} ms/case")  # fmt: skip
         rows.append([name, f"{share * 100:.1f}", f"{seconds:.2f}", per])
-    harness = tabulate(rows, headers=["harness: bucket", "% of samples", "CPU s (share)", "each"], tablefmt="github")
-    head = (f"{data['title']}\n{data['outcome']} ({cases} cases) in {data['wall']:.1f} s: harness CPU "
-            f"{data['harness']:.1f} s ({data['harness'] / cases * 1e3:.1f} ms/case), QEMU CPU {data['qemu']:.1f} s "
-            f"({data['qemu'] / cases * 1e3:.1f} ms/case), harness / QEMU {data['harness'] / data['qemu']:.2f}; "
-            f"{total} samples")  # fmt: skip
+    harness = tabulate(rows, headers=["harness: bucket", "% of samples", "CPU s", "each"], tablefmt="github")
+    unread = data.get("unread_samples")
+    head = (
+        f"{data['title']}\n{data['outcome']} ({cases} cases) in {data['wall']:.1f} s: harness CPU "
+        f"{data['harness']:.1f} s ({data['harness'] / cases * 1e3:.1f} ms/case), QEMU CPU {data['qemu']:.1f} s "
+        f"({data['qemu'] / cases * 1e3:.1f} ms/case), harness / QEMU {data['harness'] / data['qemu']:.2f}; "
+        f"{total} samples" + (f" ({unread} more that py-spy could not read)" if unread is not None else "")
+    )
+    if spent:
+        own = data["harness"] - spent["wait_s"]
+        head += (
+            f"\nmeasured, not sampled: the waits for a reply, {spent['wait_s']:.1f} s in {int(spent['waits'])} "
+            f"({spent['wait_s'] / max(spent['waits'], 1) * 1e6:.1f} µs each), and the notifies, "
+            f"{spent['notify_s']:.1f} s in {int(spent['notifies'])}; the other rows share the rest, {spread:.1f} s, by "
+            f"their samples. The harness less its waits / QEMU: {own / data['qemu']:.2f}"
+        )
     if not phases:
         return f"{head}\n{harness}\n\n(QEMU's phases: not measured by this revision)"
     phase_rows = (  # (name, count key, seconds key, unit of "each")
@@ -227,16 +262,19 @@ def functions_text(functions: list[dict[str, Any]]) -> str:
     own (CPU clocks read around it: fixtures/summary.py), not sampled."""
     shown, rest = functions[:FUNCTIONS_SHOWN], functions[FUNCTIONS_SHOWN:]
     if rest:
-        shown = [*shown, {"function": f"the other {len(rest)} functions", **{key: sum(f[key] for f in rest)
+        shown = [*shown, {"function": f"the other {len(rest)} functions", **{key: sum(f.get(key, 0) for f in rest)
                  for key in ("cases", *COSTS)}}]  # fmt: skip
     total = sum(f["harness_cpu_s"] for f in functions)
+    waited = any(f.get("wait_cpu_s") for f in functions)  # (a revision from before the waits were measured: none)
     rows = [
         [f["function"].removeprefix("cases/"), f["cases"], f"{f['harness_cpu_s']:.1f}",
          f"{f['harness_cpu_s'] / total * 100:.1f}", f"{f['harness_cpu_s'] / f['cases'] * 1e3:.1f}",
          f"{f['qemu_cpu_s']:.1f}", int(f["requests"]),
-         f"{f['harness_cpu_s'] / f['qemu_cpu_s']:.1f}" if f["qemu_cpu_s"] else "-"]
+         f"{f['harness_cpu_s'] / f['qemu_cpu_s']:.1f}" if f["qemu_cpu_s"] else "-",
+         *([f"{f['wait_cpu_s']:.1f}", f"{(f['harness_cpu_s'] - f['wait_cpu_s']) / f['qemu_cpu_s']:.1f}"
+            if f["qemu_cpu_s"] else "-"] if waited else [])]
         for f in shown
     ]  # fmt: skip
     headers = ["case function", "cases", "harness CPU s", "% of cases' harness CPU", "ms/case", "QEMU CPU s",
-               "requests", "harness / QEMU"]  # fmt: skip
+               "requests", "harness / QEMU", *(["of it waiting s", "the rest / QEMU"] if waited else [])]  # fmt: skip
     return tabulate(rows, headers=headers, tablefmt="github")
