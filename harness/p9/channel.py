@@ -140,7 +140,7 @@ class Completion(NamedTuple):
 @dataclass
 class Spent:
     """How often this process did one thing, and the CPU time of the thread that did it: measured
-    with two reads of the thread's CPU clock each time (~0.6 µs each here), where a sampler
+    with two reads of the thread's CPU clock each time (a system call each), where a sampler
     guesses. The summary's harness line (fixtures/summary.py) adds up every process's."""
 
     count: int = 0
@@ -156,8 +156,9 @@ class Channel:
 
     #: requests submitted by every channel of this process: the summary's count of what QEMU served
     submitted_in_process = 0
-    #: every channel's waits for a reply in this process (polling the used ring, sleeping between
-    #: polls): the part of the harness's CPU time that follows QEMU's latency, not its own work
+    #: every channel's waits for a reply in this process: polling the used ring (sleeping between
+    #: polls), reading the replies back, and the health checks and notifies again a long wait makes;
+    #: the part of the harness's CPU time that grows with how long QEMU takes to answer
     waits = Spent()
     #: every channel's publications in this process (avail.idx, the notify, the socket write): a
     #: just-woken QEMU often takes the CPU of the worker that woke it, which a sampler counts here

@@ -42,6 +42,7 @@ from tabulate import tabulate
 
 from harness.errors import HarnessError, ProvisionError
 from harness.qemu import provision
+from harness.tools.bench.run import Steal, load
 from harness.tools.bench.suite import SUITE_CPU, checked_out, pytest_env, short_revision
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -50,8 +51,11 @@ PROJECT = Path(__file__).resolve().parents[2]
 WAITING, NOTIFYING = "per request: waiting for the reply", "per request: notify"
 MEASURED = {WAITING: "wait_s", NOTIFYING: "notify_s"}
 #: (bucket, frame pattern), in order: a sample goes to the first bucket one of its frames matches.
-#: A frame reads ``function (path:line)``, the path relative to its entry of sys.path.
+#: A frame reads ``function (path:line)``, the path relative to its entry of sys.path. The measured
+#: buckets come first: every wait and notify is in their measured time, wherever it was made.
 BUCKETS: tuple[tuple[str, str], ...] = (
+    (WAITING, r"^Channel\.wait \(harness/p9/channel\.py"),
+    (NOTIFYING, r"^Channel\._publish \(harness/p9/channel\.py"),
     ("start-up: imports", r"^_find_and_load \(<frozen"),
     ("start-up: collection", r"^pytest_collection \(_pytest/main\.py"),
     ("per case: QEMU starts", r"^(Device\.start|MachinePool\.prestart) \(fixtures/pool\.py"),
@@ -61,10 +65,8 @@ BUCKETS: tuple[tuple[str, str], ...] = (
     ("per case: trace, reproducer, evidence", r" \((fixtures/evidence\.py|harness/p9/(trace|pcap)\.py)"),
     ("per case: summary bookkeeping", r" \(fixtures/summary\.py"),
     ("per case: fixtures (other)", r"^pytest_fixture_setup \(_pytest/fixtures\.py|^SetupState\.teardown_exact "),
-    (WAITING, r"^Channel\.wait \(harness/p9/channel\.py"),
     ("per request: encode", r"^(encode|encode_fields) \(harness/p9/wire\.py"),
     ("per request: decode", r"^(decode|peek_header) \(harness/p9/wire\.py"),
-    (NOTIFYING, r"^Channel\._publish \(harness/p9/channel\.py"),
     ("per request: ring (the rest)", r" \(harness/(virtio|qemu)/|^Channel\.\w+ \(harness/p9/channel\.py"),
     ("per request: session bookkeeping", r" \(harness/p9/"),
     ("per case: checks (model, judge, tables)", r" \(fixtures/"),
@@ -80,8 +82,8 @@ HARNESS_SPENT = (
     r"the harness's CPU time: (?P<wait_s>[\d.]+) s in (?P<waits>\d+) waits for a reply .*?, "
     r"(?P<notify_s>[\d.]+) s in (?P<notifies>\d+) notifies"
 )
-#: py-spy's count of what it sampled and could not read (``record`` prints it as it ends)
-SPY_ERRORS = r"Samples: (?P<samples>\d+) Errors: (?P<errors>\d+)"
+#: py-spy's own count of its samples and of its errors reading them (``record`` prints it as it ends)
+SPY_COUNTS = r"Samples: (?P<samples>\d+) Errors: (?P<errors>\d+)"
 #: The summary's CPU line of QEMU (fixtures/summary.py, ``cpu_line``; the first is bench suite's SUITE_CPU).
 QEMU_PHASES = (
     r"QEMU's CPU time: (?P<start_s>[\d.]+) s in (?P<starts>\d+) starts .*?, (?P<reset_s>[\d.]+) s in (?P<resets>\d+) "
@@ -129,12 +131,13 @@ def profile(
     if spy is None:
         raise ProvisionError("py-spy is not installed: `make venv` installs it (pyproject's dev extra)")
     binary, _ = provision.find_qemu(explicit)
+    steal = Steal.since_now()
     with contextlib.ExitStack() as stack:
         tree = stack.enter_context(checked_out(baseline)) if baseline else PROJECT
         data = _profiled(spy, binary, quick, rate, selection, tree)
     which = f" (the harness of {baseline}, {short_revision(baseline)})" if baseline else ""
     data["title"] = (f"where a `pytest cases/ -n 2{' --qemu-suite' if quick else ''}` run's time goes{which}, on "
-                     f"{binary}, {rate} samples/s per thread")  # fmt: skip
+                     f"{binary}, {rate} samples/s per thread; {load(steal)}")  # fmt: skip
     print(profile_text(data))
     if json_path:
         Path(json_path).write_text(json.dumps(data, indent=1) + "\n")
@@ -181,7 +184,7 @@ def by_function(costs: dict[str, dict[str, float | None]]) -> list[dict[str, Any
 def measured(output: str, sampled: Sampled) -> dict[str, Any]:
     """The run's own figures (CPU lines, outcome counts) with the samples."""
     spent, phases = re.search(SUITE_CPU, output), re.search(QEMU_PHASES, output)
-    spent_on, unread = re.search(HARNESS_SPENT, output), re.search(SPY_ERRORS, output)
+    spent_on, spy = re.search(HARNESS_SPENT, output), re.search(SPY_COUNTS, output)
     ends = [line for line in output.splitlines() if re.match(rf"=* ?{OUTCOMES}.* in [\d.]+s", line)]
     counts = re.findall(OUTCOMES, ends[-1]) if ends else []
     if spent is None or not counts or not sampled.total:
@@ -197,7 +200,7 @@ def measured(output: str, sampled: Sampled) -> dict[str, Any]:
         # None: a revision from before the summary measured the harness's waits and notifies
         "spent": {key: float(value) for key, value in spent_on.groupdict().items()} if spent_on else None,
         "samples": sampled.buckets,
-        "unread_samples": int(unread["errors"]) if unread else None,
+        "spy": {key: int(value) for key, value in spy.groupdict().items()} if spy else None,
     }
 
 
@@ -209,23 +212,23 @@ def profile_text(data: dict[str, Any]) -> str:
     # a revision from before the QEMU phases were measured: its requests are not counted either
     requests = max(phases["requests"], 1) if phases else None
     # the measured buckets take their own time; the others share the rest of the harness's by their samples
-    measured = {name: spent[key] for name, key in MEASURED.items()} if spent else {}
-    spread = data["harness"] - sum(measured.values())
-    spread_samples = max(total - sum(samples.get(name, 0) for name in measured), 1)
+    timed = {name: spent[key] for name, key in MEASURED.items()} if spent else {}
+    spread = data["harness"] - sum(timed.values())
+    spread_samples = max(total - sum(samples.get(name, 0) for name in timed), 1)
     rows = []
     for name in [*(name for name, _ in BUCKETS), OTHER]:
         share = samples.get(name, 0) / total
-        seconds = measured.get(name, samples.get(name, 0) / spread_samples * spread)
+        seconds = timed.get(name, samples.get(name, 0) / spread_samples * spread)
         per = f"{seconds / requests * 1e6:.1f} µs/request" if name.startswith("per request") and requests else (
             f"{seconds / cases * 1e3:.2f} ms/case")  # fmt: skip
         rows.append([name, f"{share * 100:.1f}", f"{seconds:.2f}", per])
     harness = tabulate(rows, headers=["harness: bucket", "% of samples", "CPU s", "each"], tablefmt="github")
-    unread = data.get("unread_samples")
+    spy = data.get("spy")
     head = (
         f"{data['title']}\n{data['outcome']} ({cases} cases) in {data['wall']:.1f} s: harness CPU "
         f"{data['harness']:.1f} s ({data['harness'] / cases * 1e3:.1f} ms/case), QEMU CPU {data['qemu']:.1f} s "
         f"({data['qemu'] / cases * 1e3:.1f} ms/case), harness / QEMU {data['harness'] / data['qemu']:.2f}; "
-        f"{total} samples" + (f" ({unread} more that py-spy could not read)" if unread is not None else "")
+        f"{total} samples" + (f" (py-spy's own count: {spy['samples']} samples, {spy['errors']} errors)" if spy else "")
     )
     if spent:
         own = data["harness"] - spent["wait_s"]
