@@ -49,6 +49,17 @@ def test_each_sample_goes_to_the_first_bucket_one_of_its_frames_matches() -> Non
     }
 
 
+def test_a_record_of_other_bucket_names_loses_no_row() -> None:
+    """A --json record of a revision whose buckets had other names prints every row it has: the
+    rows' CPU time adds up to the harness's (nothing measured apart in such a record)."""
+    data = {"title": "t", "outcome": "3 passed", "cases": 3, "wall": 1.0, "harness": 10.0, "qemu": 5.0,
+            "phases": None, "samples": {"per request: ring and notify": 3, "per request: encode": 1}}  # fmt: skip
+    rows = {row.split("|")[1].strip(): float(row.split("|")[3]) for row in profile.profile_text(data).splitlines()
+            if row.startswith("| per ")}  # fmt: skip
+    assert rows["per request: ring and notify"] == 7.5 and rows["per request: encode"] == 2.5
+    assert sum(rows.values()) == 10.0
+
+
 @pytest.mark.skipif(
     shutil.which("py-spy", path=str(Path(sys.executable).parent)) is None,
     reason="py-spy is not installed (make venv installs it: pyproject's dev extra)",

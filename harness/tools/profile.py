@@ -216,7 +216,9 @@ def profile_text(data: dict[str, Any]) -> str:
     spread = data["harness"] - sum(timed.values())
     spread_samples = max(total - sum(samples.get(name, 0) for name in timed), 1)
     rows = []
-    for name in [*(name for name, _ in BUCKETS), OTHER]:
+    known = [*(name for name, _ in BUCKETS), OTHER]
+    # a record's buckets of another revision's names (renamed or split since) are printed too, after ours
+    for name in [*known, *(name for name in samples if name not in known)]:
         share = samples.get(name, 0) / total
         seconds = timed.get(name, samples.get(name, 0) / spread_samples * spread)
         per = f"{seconds / requests * 1e6:.1f} µs/request" if name.startswith("per request") and requests else (
