@@ -165,19 +165,16 @@ def _profiled(spy: str, binary: Path, quick: bool, rate: int, selection: list[st
         return data
 
 
-#: a case's costs as --results-json keeps them (fixtures/summary.py ``COSTS``), which the third table adds up
-COSTS = ("harness_cpu_s", "qemu_cpu_s", "requests", "wait_cpu_s")
-
-
 def by_function(costs: dict[str, dict[str, float | None]]) -> list[dict[str, Any]]:
-    """The cases' costs (``--results-json``'s) added up per case function
-    (``cases/test_states.py::test_every_state``), the costliest in harness CPU first."""
+    """The cases' costs (``--results-json``'s, each case with every key of fixtures/summary.py
+    ``COSTS``) added up per case function (``cases/test_states.py::test_every_state``), the
+    costliest in harness CPU first."""
     found: dict[str, dict[str, Any]] = {}
     for nodeid, cost in costs.items():
-        row = found.setdefault(nodeid.split("[")[0], {"cases": 0, **dict.fromkeys(COSTS, 0.0)})
+        row = found.setdefault(nodeid.split("[")[0], {"cases": 0})
         row["cases"] += 1
-        for key in COSTS:
-            row[key] += cost.get(key) or 0  # (no QEMU CPU time where none was measured: fixtures/summary.py)
+        for key, value in cost.items():  # (None: no QEMU CPU time measured for the case)
+            row[key] = row.get(key, 0.0) + (value or 0)
     return [{"function": name, **row} for name, row in sorted(found.items(), key=lambda kv: -kv[1]["harness_cpu_s"])]
 
 
@@ -268,7 +265,7 @@ def functions_text(functions: list[dict[str, Any]]) -> str:
     shown, rest = functions[:FUNCTIONS_SHOWN], functions[FUNCTIONS_SHOWN:]
     if rest:
         shown = [*shown, {"function": f"the other {len(rest)} functions", **{key: sum(f.get(key, 0) for f in rest)
-                 for key in ("cases", *COSTS)}}]  # fmt: skip
+                 for key in rest[0] if key != "function"}}]  # fmt: skip
     total = sum(f["harness_cpu_s"] for f in functions)
     waited = any(f.get("wait_cpu_s") for f in functions)  # (a revision from before the waits were measured: none)
     rows = [
