@@ -99,3 +99,18 @@ def test_quick_profile_of_a_real_run(tmp_path: Path, qemu_under_test: QemuUnderT
     assert rows[profile.WAITING] == round(spent["wait_s"], 2) and rows[profile.NOTIFYING] == round(spent["notify_s"], 2)
     costliest = [f["harness_cpu_s"] for f in functions]
     assert costliest == sorted(costliest, reverse=True) and profile.functions_text(functions) in text
+    # the floor: measured (an empty case, a bare request: each costs something), and below what the run spent
+    least = data["floor"]
+    assert least["request"] in {type(kind).__name__ for kind in profile.FLOOR_KINDS}
+    assert least["case_s"] > 0 and least["request_s"] > 0
+    assert data["cases"] * least["case_s"] + phases["requests"] * least["request_s"] < data["harness"]
+
+
+def test_the_floor_is_its_cases_and_requests_at_their_least_cost() -> None:
+    """The floor's sum, its ratio to QEMU's CPU time and the wall time two CPUs need at least."""
+    data = {"cases": 100, "qemu": 4.0, "phases": {"requests": 12000},
+            "floor": {"case_s": 0.002, "request_s": 50e-6, "request": "Tgetattr", "cpus": 2}}  # fmt: skip
+    text = profile.floor_text(data)
+    assert "100 cases at 2.00 ms each" in text and "12000 requests at 50.0 µs each (a bare Tgetattr" in text
+    assert "0.8 s of CPU time: harness / QEMU 0.20 at the least" in text
+    assert "(0.8 s + QEMU's 4.0 s) / 2 = 2.4 s" in text

@@ -20,6 +20,10 @@ The third table is measured as well: each case's harness CPU time, its QEMU's an
 which its teardown report carries (fixtures/summary.py ``COSTS``; the run's ``--results-json``),
 added up per case function.
 
+Last, the floor (:func:`floor`): what a harness of this design costs at the least for the run's
+cases and requests, measured beside it: an empty case of pytest under xdist, and a bare request
+(encode, notify, ring, decode; no check, no trace, its wait left out).
+
 ``--quick`` profiles QEMU's own cases only (``--qemu-suite``): seconds, for the self-test.
 """
 
@@ -34,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,9 +46,15 @@ from typing import Any
 from tabulate import tabulate
 
 from harness.errors import HarnessError, ProvisionError
+from harness.p9 import wire
+from harness.p9.channel import Channel
+from harness.p9.messages import Tclunk, Tgetattr, Tstatfs
+from harness.p9.wire import Request
 from harness.qemu import provision
+from harness.qemu.config import MachineConfig
 from harness.tools.bench.run import Steal, load
 from harness.tools.bench.suite import SUITE_CPU, checked_out, pytest_env, short_revision
+from harness.tools.connect import connect
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -135,6 +146,8 @@ def profile(
     with contextlib.ExitStack() as stack:
         tree = stack.enter_context(checked_out(baseline)) if baseline else PROJECT
         data = _profiled(spy, binary, quick, rate, selection, tree)
+    if not baseline:  # (the floor's bare requests go through this tree's request path)
+        data["floor"] = floor(binary, quick)
     which = f" (the harness of {baseline}, {short_revision(baseline)})" if baseline else ""
     data["title"] = (f"where a `pytest cases/ -n 2{' --qemu-suite' if quick else ''}` run's time goes{which}, on "
                      f"{binary}, {rate} samples/s per thread; {load(steal)}")  # fmt: skip
@@ -176,6 +189,54 @@ def by_function(costs: dict[str, dict[str, float | None]]) -> list[dict[str, Any
         for key, value in cost.items():  # (None: no QEMU CPU time measured for the case)
             row[key] = row.get(key, 0.0) + (value or 0)
     return [{"function": name, **row} for name, row in sorted(found.items(), key=lambda kv: -kv[1]["harness_cpu_s"])]
+
+
+#: the empty cases of the floor's two pytest runs: the difference between them is what a case costs
+FLOOR_CASES = (100, 1000)
+#: the bare requests of the floor: each a request QEMU answers from what it holds (the export's
+#: root, a fid the session never made), ``FLOOR_REQUESTS`` (``--quick``: a tenth) of each per round
+FLOOR_KINDS: tuple[Request, ...] = (Tgetattr(fid=0, request_mask=wire.GETATTR_BASIC), Tstatfs(fid=0), Tclunk(fid=4242))
+FLOOR_REQUESTS, FLOOR_ROUNDS = 5000, 3
+
+
+def floor(binary: Path, quick: bool) -> dict[str, Any]:
+    """What a harness built as this one is (pytest and xdist for the cases, Python for the request
+    path) costs at the least: the CPU time of one more empty case in a ``pytest -n 2`` run (no
+    fixture, no plugin of ours), and of one bare request on a session of its own (encode, notify,
+    ring, decode: no check, no trace; its wait left out, as a wait that blocks could cost nothing),
+    the cheapest of :data:`FLOOR_KINDS`, rounds interleaved."""
+    with tempfile.TemporaryDirectory(prefix="v9p-floor-") as where:
+        Path(where, "pytest.ini").write_text("[pytest]\n")  # (not the project's configuration)
+        cpu = {count: _empty_cases(Path(where), count) for count in FLOOR_CASES}
+    small, large = FLOOR_CASES
+    per: dict[str, list[float]] = {type(kind).__name__: [] for kind in FLOOR_KINDS}
+    count = FLOOR_REQUESTS // 10 if quick else FLOOR_REQUESTS
+    with connect(MachineConfig(binary=binary)) as conn:
+        for _ in range(FLOOR_ROUNDS):
+            for kind in FLOOR_KINDS:
+                waited, started = Channel.waits.seconds, time.thread_time()
+                for _ in range(count):
+                    conn.session.send(kind).wait()
+                own = time.thread_time() - started - (Channel.waits.seconds - waited)
+                per[type(kind).__name__].append(own / count)
+    cheapest = min(per, key=lambda name: min(per[name]))
+    return {"case_s": (cpu[large] - cpu[small]) / (large - small), "request_s": min(per[cheapest]),
+            "request": cheapest, "cpus": os.cpu_count() or 1}  # fmt: skip
+
+
+def _empty_cases(where: Path, count: int) -> float:
+    """The CPU time of ``pytest -n 2`` on ``count`` empty cases (its processes': the controller
+    reaps its workers), with the plugins of our runs and nothing of ours."""
+    (where / "test_empty.py").write_text(f"import pytest\n\n\n@pytest.mark.parametrize('i', range({count}))\n"
+                                         "def test_empty(i):\n    pass\n")  # fmt: skip
+    argv = [sys.executable, "-m", "pytest", "test_empty.py", "-q", "-n", "2", "-p", "no:cacheprovider",
+            "--disable-plugin-autoload", "-p", "xdist.plugin"]  # fmt: skip
+    before = os.times()
+    done = subprocess.run(argv, cwd=where, env=pytest_env(), capture_output=True, text=True, check=False)
+    after = os.times()
+    if done.returncode != 0 or f"{count} passed" not in done.stdout:
+        raise HarnessError(f"the floor's {count} empty cases did not pass:\n{(done.stdout + done.stderr)[-3000:]}")
+    return (after.children_user - before.children_user) + (after.children_system - before.children_system)
 
 
 def measured(output: str, sampled: Sampled) -> dict[str, Any]:
@@ -252,7 +313,23 @@ def profile_text(data: dict[str, Any]) -> str:
     ]  # fmt: skip
     qemu = tabulate(qemu_rows, headers=["QEMU: phase", "count", "CPU s", "each"], tablefmt="github")
     functions = data.get("functions")
-    return f"{head}\n{harness}\n\n{qemu}" + (f"\n\n{functions_text(functions)}" if functions else "")
+    text = f"{head}\n{harness}\n\n{qemu}" + (f"\n\n{functions_text(functions)}" if functions else "")
+    return text + (f"\n\n{floor_text(data)}" if data.get("floor") else "")
+
+
+def floor_text(data: dict[str, Any]) -> str:
+    """The floor (:func:`floor`) for the run's cases and requests, against QEMU's CPU time in it."""
+    found, cases, requests = data["floor"], data["cases"], int(data["phases"]["requests"])
+    least = cases * found["case_s"] + requests * found["request_s"]
+    cpus = found["cpus"]
+    return (
+        f"the floor, what a harness of this design costs at the least: {cases} cases at "
+        f"{found['case_s'] * 1e3:.2f} ms each (one more empty case of `pytest -n 2`) and {requests} requests at "
+        f"{found['request_s'] * 1e6:.1f} µs each (a bare {found['request']}: encode, notify, ring, decode; no check, "
+        f"no trace, no wait), {least:.1f} s of CPU time: harness / QEMU {least / data['qemu']:.2f} at the least. "
+        f"On {cpus} CPU{'s' if cpus > 1 else ''}, a wall time of at least ({least:.1f} s + QEMU's {data['qemu']:.1f} s)"
+        f" / {cpus} = {(least + data['qemu']) / cpus:.1f} s"
+    )
 
 
 #: how many case functions the profile's third table names (the rest are added up in one row)
