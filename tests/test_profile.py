@@ -107,10 +107,26 @@ def test_quick_profile_of_a_real_run(tmp_path: Path, qemu_under_test: QemuUnderT
 
 
 def test_the_floor_is_its_cases_and_requests_at_their_least_cost() -> None:
-    """The floor's sum, its ratio to QEMU's CPU time and the wall time two CPUs need at least."""
-    data = {"cases": 100, "qemu": 4.0, "phases": {"requests": 12000},
-            "floor": {"case_s": 0.002, "request_s": 50e-6, "request": "Tgetattr", "cpus": 2}}  # fmt: skip
+    """The floor's parts and sum, its ratio to QEMU's CPU time, what harness / QEMU 0.5 would leave
+    for all the rest against what the rest took, and the wall time two CPUs need at the least."""
+    data = {"cases": 100, "qemu": 4.0, "harness": 3.0, "phases": {"requests": 12000},
+            "floor": {"case_s": 0.002, "request_s": 50e-6, "request": "Tgetattr", "guest_memory": "shared",
+                      "cpus": 2}}  # fmt: skip
     text = profile.floor_text(data)
-    assert "100 cases at 2.00 ms each" in text and "12000 requests at 50.0 µs each (a bare Tgetattr" in text
-    assert "0.8 s of CPU time: harness / QEMU 0.20 at the least" in text
-    assert "(0.8 s + QEMU's 4.0 s) / 2 = 2.4 s" in text
+    assert "100 cases at 2.00 ms each (one more empty case of `pytest -n 2`), 0.2 s," in text
+    assert "12000 requests at 50.0 µs each (a bare Tgetattr on shared guest RAM" in text
+    assert "0.8 s of CPU time, harness / QEMU 0.20 at the least" in text
+    assert "would have 1.2 s; in this run it took 2.2 s" in text
+    assert "(0.8 s + 4.0 s) / 2 = 2.4 s, and QEMU's alone 2.0 s" in text
+
+
+def test_a_record_without_a_floor_prints_none() -> None:
+    """A record of a revision before the floor, or of a --baseline profile, has no floor line; a
+    floor that could not be measured says why."""
+    data = {"title": "t", "outcome": "3 passed", "cases": 3, "wall": 1.0, "harness": 10.0, "qemu": 5.0,
+            "phases": {"start_s": 1.0, "starts": 1, "reset_s": 0.1, "resets": 3, "attach_s": 0.1, "attaches": 3,
+                       "rest_s": 3.8, "requests": 30},
+            "samples": {"per request: encode": 1}}  # fmt: skip
+    assert "the floor" not in profile.profile_text(data)
+    failed = profile.profile_text({**data, "floor": {"error": "QEMU did not start"}})
+    assert failed.endswith("\n\nthe floor: not measured (QEMU did not start)")
