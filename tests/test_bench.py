@@ -156,6 +156,20 @@ def test_whole_suite_table_says_where_the_cpu_time_went() -> None:
     assert len(table_rows(suite.suite_text(data))[0]) == 6
 
 
+def test_the_ab_table_says_what_harness_over_qemu_would_be_without_the_waits() -> None:
+    """An A/B of two trees: per case and harness / QEMU, and the same less the median of the waits'
+    CPU time; a revision that did not measure its waits shows "-"."""
+    data = {"title": "t", "baseline": "old", "times": {"old": [10.0, 12.0], "this tree": [9.0, 11.0]},
+            "outcomes": {"old": "4 passed", "this tree": "4 passed"}, "cases": {"old": 4, "this tree": 4},
+            "cpu": {"old": [[8.0, 4.0], [10.0, 4.0]], "this tree": [[7.0, 4.0], [9.0, 4.0]]},
+            "waits": {"old": [None, None], "this tree": [1.0, 3.0]}}  # fmt: skip
+    rows = table_rows(suite.suite_text(data))
+    assert [row[6:] for row in rows] == [["9", "4", "2250", "1000", "2.25", "-"],
+                                         ["8", "4", "2000", "1000", "2", "1.50"]]  # fmt: skip
+    del data["waits"]  # a record from before the waits were recorded: no such column
+    assert len(table_rows(suite.suite_text(data))[0]) == 11
+
+
 def test_the_machine_line_says_how_much_cpu_time_the_host_stole(monkeypatch: pytest.MonkeyPatch) -> None:
     """Steal since the bench began, in percent of all CPU time: the host's share, not ours."""
     monkeypatch.setattr(cpu_idle, "state", lambda: "")  # a host whose idle request cannot be read

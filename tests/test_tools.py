@@ -490,7 +490,7 @@ def test_summary_says_where_the_cpu_time_went(
     assert int(phases["starts"]) >= 1 and float(phases["start_s"]) > 0 and int(phases["requests"]) > 0, out
     assert asked <= qemu + 0.01, out
     # the harness's waits and notifies: counted, and a part of its time
-    spent = re.search(profile.HARNESS_SPENT, out)
+    spent = re.search(suite.HARNESS_SPENT, out)
     assert spent, out
     assert int(spent["waits"]) >= 1 and int(spent["notifies"]) >= 1, out
     assert float(spent["wait_s"]) + float(spent["notify_s"]) < harness, out

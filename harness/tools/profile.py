@@ -53,7 +53,7 @@ from harness.p9.wire import Request
 from harness.qemu import provision
 from harness.qemu.config import MachineConfig
 from harness.tools.bench.run import Steal, load
-from harness.tools.bench.suite import SUITE_CPU, checked_out, pytest_env, short_revision
+from harness.tools.bench.suite import HARNESS_SPENT, SUITE_CPU, checked_out, pytest_env, short_revision
 from harness.tools.connect import connect
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -87,12 +87,6 @@ BUCKETS: tuple[tuple[str, str], ...] = (
 )
 OTHER = "other (start-up, session end)"
 
-#: The summary's harness line (fixtures/summary.py, ``_harness_spent``): its CPU time in the waits
-#: for a reply and in the notifies, each measured.
-HARNESS_SPENT = (
-    r"the harness's CPU time: (?P<wait_s>[\d.]+) s in (?P<waits>\d+) waits for a reply .*?, "
-    r"(?P<notify_s>[\d.]+) s in (?P<notifies>\d+) notifies"
-)
 #: py-spy's own count of its samples and of its errors reading them (``record`` prints it as it ends)
 SPY_COUNTS = r"Samples: (?P<samples>\d+) Errors: (?P<errors>\d+)"
 #: The summary's CPU line of QEMU (fixtures/summary.py, ``cpu_line``; the first is bench suite's SUITE_CPU).
@@ -195,7 +189,7 @@ def by_function(costs: dict[str, dict[str, float | None]]) -> list[dict[str, Any
 
 
 #: the empty cases of the floor's pytest runs (``--quick``: a tenth), each size run FLOOR_ROUNDS
-#: times: the difference between the two sizes' cheapest runs is what the cases cost
+#: times (``--quick``: once): the difference between the two sizes' cheapest runs is what the cases cost
 FLOOR_CASES = (100, 1000)
 #: the bare requests of the floor: each a request QEMU answers from what it holds (the export's
 #: root, a fid the session never made), ``FLOOR_REQUESTS`` (``--quick``: a tenth) of each per round
@@ -212,10 +206,11 @@ def floor(binary: Path, quick: bool) -> dict[str, Any]:
     a wait that blocks could cost nothing), the cheapest of :data:`FLOOR_KINDS`, rounds
     interleaved. Each figure is the least of its rounds: a lower bound, on a quiet machine."""
     sizes = tuple(size // 10 for size in FLOOR_CASES) if quick else FLOOR_CASES
+    rounds = 1 if quick else FLOOR_ROUNDS  # (the quick mode is a self-test's, run beside others: light)
     with tempfile.TemporaryDirectory(prefix="v9p-floor-") as where:
         Path(where, "pytest.ini").write_text("[pytest]\n")  # (not the project's configuration)
         runs: dict[int, list[float]] = {size: [] for size in sizes}
-        for _ in range(FLOOR_ROUNDS):
+        for _ in range(rounds):
             for size in sizes:
                 runs[size].append(_empty_cases(Path(where), size))
     small, large = sizes
@@ -223,7 +218,7 @@ def floor(binary: Path, quick: bool) -> dict[str, Any]:
     count = FLOOR_REQUESTS // 10 if quick else FLOOR_REQUESTS
     config = MachineConfig(binary=binary)
     with connect(config) as conn:
-        for _ in range(FLOOR_ROUNDS):
+        for _ in range(rounds):
             for kind in FLOOR_KINDS:
                 waited, started = Channel.waits.seconds, time.thread_time()
                 for _ in range(count):

@@ -132,6 +132,14 @@ def suite_text(data: dict[str, Any]) -> str:
             row += [f"{harness / data['cases'][name] * 1e3:.1f}", f"{qemu / data['cases'][name] * 1e3:.1f}",
                     f"{harness / qemu:.2f}"]  # fmt: skip
         headers += ["harness CPU ms/case", "QEMU CPU ms/case", "harness / QEMU"]
+    if any(None not in rounds for rounds in data.get("waits", {}).values()):
+        # what harness / QEMU would be if no wait cost anything (profile's header has it too):
+        # "-" for a revision whose summary did not measure its waits
+        for row, name in zip(rows, times, strict=True):
+            waited = data["waits"][name]
+            harness, qemu = cpu[name]
+            row.append("-" if None in waited else f"{(harness - statistics.median(waited)) / qemu:.2f}")
+        headers.append("harness less its waits / QEMU")
     text = f"{data['title']}\n{tabulate(rows, headers=headers, tablefmt='github')}"
     return text + _cpu_bound(cpu) if set(cpu) == {"shared", "qtest"} else text
 
@@ -153,6 +161,12 @@ def _cpu_bound(cpu: dict[str, tuple[float, ...]]) -> str:
 
 #: The summary's line of where the CPU time went (fixtures/summary.py, ``cpu_line``).
 SUITE_CPU = r"CPU time over (?P<wall>[\d.]+) s: (?P<harness>[\d.]+) s in the harness .*?, (?P<qemu>[\d.]+) s in QEMU"
+#: The summary's harness line (fixtures/summary.py, ``_harness_spent``): its CPU time in the waits
+#: for a reply and in the notifies, each measured.
+HARNESS_SPENT = (
+    r"the harness's CPU time: (?P<wait_s>[\d.]+) s in (?P<waits>\d+) waits for a reply .*?, "
+    r"(?P<notify_s>[\d.]+) s in (?P<notifies>\d+) notifies"
+)
 #: The counts of a whole-suite run that must agree between its runners: xfailed and xpassed may
 #: differ, as races show when they will.
 AGREED = ("passed", "failed", "skipped", "error")
@@ -180,6 +194,7 @@ def bench_whole_suite(
             runners = {compared: (pytest, tree), "this tree": (pytest, PROJECT)}
         times: dict[str, list[float]] = {name: [] for name in runners}
         cpu: dict[str, list[list[float]]] = {name: [] for name in runners}
+        waits: dict[str, list[float | None]] = {name: [] for name in runners}
         cases: dict[str, int] = {}
         outcomes: dict[str, str] = {}
         for _ in range(rounds):
@@ -194,13 +209,17 @@ def bench_whole_suite(
                                                              outcomes[name]))  # fmt: skip
                 times[name].append(seconds)
                 cpu[name].append([float(spent["harness"]), float(spent["qemu"])])
+                # None: a revision whose summary has no harness line (before the waits were measured)
+                waited = re.search(HARNESS_SPENT, output)
+                waits[name].append(float(waited["wait_s"]) if waited else None)
     agreed = {name: _counts(outcome) for name, outcome in outcomes.items()}
     if len(set(agreed.values())) > 1:
         raise HarnessError(f"the runners disagree on {'/'.join(AGREED)}: {outcomes}")
     what = "both guest-memory paths" if baseline is None else f"this tree against {baseline}"
     title = (f"the whole suite, -n {workers}, {what}, on {home(binary)}, {rounds} round(s) each, interleaved; "
              f"{load(steal)}")  # fmt: skip
-    data = {"title": title, "baseline": compared, "times": times, "outcomes": outcomes, "cpu": cpu, "cases": cases}
+    data = {"title": title, "baseline": compared, "times": times, "outcomes": outcomes, "cpu": cpu, "cases": cases,
+            "waits": waits}  # fmt: skip
     return suite_report(data, json_path, steal)
 
 
