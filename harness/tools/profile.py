@@ -327,7 +327,8 @@ def profile_text(data: dict[str, Any]) -> str:
 def floor_text(data: dict[str, Any]) -> str:
     """The floor (:func:`floor`) for the run's cases and requests, against QEMU's CPU time in it:
     what would be left for all the rest at harness / QEMU 0.5 (issue 53's target), against what
-    the rest took, and the least wall time the run's CPU time allows on the CPUs it had."""
+    the rest took, and the least wall time a harness at its floor would need on the CPUs the run had
+    (the run's own CPU time allows no less than its harness's and QEMU's over them)."""
     found, cases = data["floor"], data["cases"]
     if "error" in found:
         return f"the floor: not measured ({found['error']})"
@@ -344,8 +345,8 @@ def floor_text(data: dict[str, Any]) -> str:
         f"ring, decode and the session's history; no check, no wait), {on_requests:.1f} s: {least:.1f} s of CPU time,"
         f" harness / QEMU {least / qemu:.2f} at the least. At harness / QEMU 0.5 all the rest (checks, fixtures, "
         f"traces, waits) would have {left:.1f} s; in this run it took {rest:.1f} s. With QEMU's CPU time as measured, "
-        f"this run's wall time on {cpus} CPU{'s' if cpus > 1 else ''} could be no less than ({least:.1f} s + "
-        f"{qemu:.1f} s) / {cpus} = {(least + qemu) / cpus:.1f} s, and QEMU's alone "
+        f"a harness at its floor could run these cases on {cpus} CPU{'s' if cpus > 1 else ''} in no less than "
+        f"({least:.1f} s + {qemu:.1f} s) / {cpus} = {(least + qemu) / cpus:.1f} s, of which QEMU's alone "
         f"{qemu / cpus:.1f} s"
     )
 
