@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -168,6 +169,44 @@ def test_the_ab_table_says_what_harness_over_qemu_would_be_without_the_waits() -
                                          ["8", "4", "2000", "1000", "2", "1.50"]]  # fmt: skip
     del data["waits"]  # a record from before the waits were recorded: no such column
     assert len(table_rows(suite.suite_text(data))[0]) == 11
+
+
+def test_the_speed_guard_fails_a_tree_whose_harness_costs_more_per_qemu_second(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--threshold``: each round's harness / QEMU, this tree's against the baseline's, by
+    bisect-step's rule: exit 1 only where the rounds lie apart and the median ratio grew by the
+    threshold; QEMU's own swing between rounds cancels in the ratio. The verdict is in the table
+    (and so in the JSON it is printed from again), and is the bench's exit status."""
+
+    def ab(old: list[list[float]], new: list[list[float]]) -> dict[str, Any]:
+        return {"title": "t", "baseline": "main (abc)", "times": {"main (abc)": [1.0] * 3, "this tree": [1.0] * 3},
+                "outcomes": {"main (abc)": "4 passed", "this tree": "4 passed"},
+                "cpu": {"main (abc)": old, "this tree": new}}  # fmt: skip
+
+    old = [[20.0, 10.0], [22.0, 10.0], [25.0, 12.0]]  # 2.0, 2.2, 2.08
+    slower = [[30.0, 12.0], [24.0, 10.0], [33.0, 12.0]]  # 2.5, 2.4, 2.75: every round above, 1.20x
+    data = ab(old, slower)
+    data["guard"] = suite.guard(data, 1.1)
+    assert data["guard"]["status"] == 1
+    assert suite.suite_text(data).splitlines()[-1] == (
+        "speed guard: exit 1: harness / QEMU, 1.20x main (abc), told apart; slower by 1.20, threshold 1.1"
+    )
+    assert suite.guard(data, 1.25)["status"] == 0  # slower, but by less than the threshold
+    # QEMU twice as slow in this tree's rounds (a busier minute): its harness CPU doubled too, the same ratio
+    assert suite.guard(ab(old, [[40.0, 20.0], [44.0, 20.0], [50.0, 24.0]]), 1.1)["status"] == 0
+    # faster is never a failure; rounds that overlap are within the noise however far the medians
+    assert suite.guard(ab(slower, old), 1.1)["status"] == 0
+    overlap = suite.guard(ab(old, [[30.0, 12.0], [21.0, 10.0], [33.0, 12.0]]), 1.1)
+    assert overlap["status"] == 0 and "within the noise" in overlap["why"]
+    # a guard needs a baseline and rounds to tell apart: refused before anything runs
+    from harness.tools import cli
+
+    assert cli.main(["bench", "suite", "--whole", "--baseline", "HEAD", "--threshold", "1.1", "--rounds", "1"]) == 2
+    assert cli.main(["bench", "suite", "--whole", "--threshold", "1.1"]) == 2
+    assert cli.main(["bench", "suite", "--threshold", "1.1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("against a --baseline, over 2 rounds or more") == 2 and "give --whole too" in err
 
 
 def test_the_machine_line_says_how_much_cpu_time_the_host_stole(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -374,8 +413,7 @@ def test_bench_releases_quick_on_two_binaries(tmp_path: Path, qemu_under_test: Q
 def test_bisect_step_exit_rule() -> None:
     """The exit status ``git bisect run`` reads: 1 only where the rounds lie apart and the change
     reaches the threshold, in the direction asked for; a rate falls where a time grows."""
-    from harness.tools.bench.bisect import decide
-    from harness.tools.bench.report import chance_apart
+    from harness.tools.bench.report import chance_apart, decide
 
     # two runs of one binary lie apart by chance: all 3 rounds of one below all of the other's, or above
     assert chance_apart(3) == pytest.approx(2 / 20) and chance_apart(5) == pytest.approx(2 / 252)

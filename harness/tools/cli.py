@@ -134,6 +134,11 @@ def _add_bench(sub: Any) -> None:
         "--baseline", metavar="REV",
         help="with --whole: this tree's harness against git revision REV's (main, HEAD~3), not the two paths",
     )  # fmt: skip
+    suite.add_argument(
+        "--threshold", type=float,
+        help="with --baseline: exit 1 when this tree's harness / QEMU is this factor of REV's or more and the "
+        "rounds lie apart (bench bisect-step's rule; e.g. 1.1; default rounds 3)",
+    )  # fmt: skip
 
 
 def _add_malformed_report(sub: Any) -> None:
@@ -422,12 +427,16 @@ def _bench_kind(args: argparse.Namespace) -> int:
         binaries = [provision.find_qemu(name)[0] for name in args.qemu or []] or cached_releases()
         return bench_releases(binaries, 1 if args.quick else args.rounds, args.quick, args.json, args.plot_dir)
     if args.bench == "suite":
-        from harness.tools.bench.suite import bench_suite, bench_whole_suite
+        from harness.tools.bench.suite import GUARD_ROUNDS, bench_suite, bench_whole_suite
 
         if args.whole:
-            return bench_whole_suite(args.qemu_binary, args.rounds or 1, args.json, baseline=args.baseline)
-        if args.baseline:
-            raise HarnessError("--baseline compares whole suites: give --whole too")
+            rounds = args.rounds or (1 if args.threshold is None else GUARD_ROUNDS)
+            if args.threshold is not None and (not args.baseline or rounds < 2):
+                raise HarnessError("--threshold judges this tree against a --baseline, over 2 rounds or more")
+            return bench_whole_suite(args.qemu_binary, rounds, args.json, baseline=args.baseline,
+                                     threshold=args.threshold)  # fmt: skip
+        if args.baseline or args.threshold is not None:
+            raise HarnessError("--baseline and --threshold compare whole suites: give --whole too")
         return bench_suite(args.qemu_binary, args.rounds or 5, args.json)
     return _bench(args)
 

@@ -17,13 +17,12 @@ falls near it.
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.tools.bench.readdir import readdir_export
 from harness.tools.bench.registry import Settings, measures
-from harness.tools.bench.report import row_name, told_apart
+from harness.tools.bench.report import decide, row_name
 from harness.tools.bench.run import Run
 from harness.tools.bench.variant import Variant
 
@@ -60,16 +59,3 @@ def bisect_step(
     status, why = decide(samples[base], samples[tested], chosen.higher_is_better, threshold, when)
     print(f"bisect-step: exit {status}: {row}: {why} ({run.results[base][0].compare}, {rounds} rounds each)")
     return status
-
-
-def decide(
-    base: list[float], tested: list[float], higher_is_better: bool, threshold: float, when: str = "slower"
-) -> tuple[int, str]:
-    """The rule of the module docstring on two binaries' rounds: (exit status, why)."""
-    middle = statistics.median(tested) / statistics.median(base)
-    slower = 1 / middle if higher_is_better else middle  # a time grows, a rate falls
-    factor = slower if when == "slower" else 1 / slower
-    decided = told_apart(base, tested)
-    status = 1 if decided and factor >= threshold else 0
-    apart = "told apart" if decided else "within the noise"
-    return status, f"{middle:.2f}x the reference, {apart}; {when} by {factor:.2f}, threshold {threshold}"

@@ -90,6 +90,22 @@ def told_apart(base: Sequence[float], other: Sequence[float]) -> bool:
     return max(other) < min(base) or min(other) > max(base)
 
 
+def decide(
+    base: list[float], tested: list[float], higher_is_better: bool, threshold: float, when: str = "slower"
+) -> tuple[int, str]:
+    """``bench bisect-step``'s exit rule on two runners' rounds (harness/tools/bench/bisect.py's
+    docstring), which ``bench suite --whole --baseline --threshold`` applies too: (exit status, why).
+    1 where the rounds are told apart and ``tested`` is slower (``when``: faster) than ``base`` by
+    ``threshold`` or more; else 0."""
+    middle = statistics.median(tested) / statistics.median(base)
+    slower = 1 / middle if higher_is_better else middle  # a time grows, a rate falls
+    factor = slower if when == "slower" else 1 / slower
+    decided = told_apart(base, tested)
+    status = 1 if decided and factor >= threshold else 0
+    apart = "told apart" if decided else "within the noise"
+    return status, f"{middle:.2f}x the reference, {apart}; {when} by {factor:.2f}, threshold {threshold}"
+
+
 def row_name(row: Row, keys: Sequence[str]) -> str:
     """A row as the releases table and ``bench bisect-step --row`` name it: its key cells, joined."""
     return " ".join(str(row[key]) for key in keys)

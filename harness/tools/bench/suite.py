@@ -22,6 +22,7 @@ from tabulate import tabulate
 from harness.errors import HarnessError, ProvisionError
 from harness.qemu import provision
 from harness.qemu.qemu_suite import QEMU_72_CASES, QOS_PREFIX, firmware_wrapper
+from harness.tools.bench.report import decide
 from harness.tools.bench.run import Steal, load
 from harness.tools.bench.variant import home
 
@@ -100,12 +101,13 @@ def bench_suite(explicit: str | None, rounds: int, json_path: str | None = None)
 
 
 def suite_report(data: dict[str, Any], json_path: str | None, steal: Steal) -> int:
+    """The table printed (and kept with ``json_path``); the guard's exit status, where there is one."""
     print(suite_text(data))
     if json_path:
         Path(json_path).write_text(json.dumps(data, indent=1) + "\n")
         print(f"wrote {json_path}")
     steal.warn()
-    return 0
+    return int(data.get("guard", {}).get("status", 0))
 
 
 def suite_text(data: dict[str, Any]) -> str:
@@ -141,7 +143,25 @@ def suite_text(data: dict[str, Any]) -> str:
             row.append("-" if None in waited else f"{(harness - statistics.median(waited)) / qemu:.2f}")
         headers.append("harness less its waits / QEMU")
     text = f"{data['title']}\n{tabulate(rows, headers=headers, tablefmt='github')}"
+    if "guard" in data:
+        text += f"\nspeed guard: exit {data['guard']['status']}: harness / QEMU, {data['guard']['why']}"
     return text + _cpu_bound(cpu) if set(cpu) == {"shared", "qtest"} else text
+
+
+#: the rounds ``--threshold`` runs by default: two runs of one tree, three rounds each, lie apart by
+#: chance 1 time in 10 (:func:`harness.tools.bench.report.chance_apart`), and must then also differ by the threshold
+GUARD_ROUNDS = 3
+
+
+def guard(data: dict[str, Any], threshold: float) -> dict[str, Any]:
+    """``bench suite --whole --baseline REV --threshold T``'s verdict on this tree's harness
+    against REV's: each round's harness / QEMU (both CPU times from the same run, so that most of
+    the machine's swing from minute to minute cancels), judged by ``bench bisect-step``'s rule
+    (:func:`decide`): exit 1 where the rounds lie apart and this tree's median is ``threshold``
+    times REV's or more (a change that made the harness slower), else 0."""
+    ratios = {name: [harness / qemu for harness, qemu in rounds] for name, rounds in data["cpu"].items()}
+    status, why = decide(ratios[data["baseline"]], ratios["this tree"], False, threshold)
+    return {"threshold": threshold, "status": status, "why": why.replace("the reference", data["baseline"])}
 
 
 def _cpu_bound(cpu: dict[str, tuple[float, ...]]) -> str:
@@ -174,11 +194,13 @@ AGREED = ("passed", "failed", "skipped", "error")
 
 def bench_whole_suite(
     explicit: str | None, rounds: int, json_path: str | None = None, workers: int = 2, baseline: str | None = None,
+    threshold: float | None = None,
 ) -> int:  # fmt: skip
     """The whole conformance suite (``pytest cases/ -n 2``), interleaved, same binary: on both
     guest-memory paths; or, with ``baseline`` (a git revision), this tree's harness against that
     revision's, checked out beside (the A/B of a change to the harness). Wall time, where the CPU
-    time went and the outcome counts, which must agree."""
+    time went and the outcome counts, which must agree. With ``threshold`` (and ``baseline``), the
+    exit status is :func:`guard`'s."""
     steal = Steal.since_now()
     binary, _ = provision.find_qemu(explicit)
     pytest = [sys.executable, "-m", "pytest", "cases/", "-q", "-p", "no:cacheprovider", "-n", str(workers)]
@@ -220,6 +242,8 @@ def bench_whole_suite(
              f"{load(steal)}")  # fmt: skip
     data = {"title": title, "baseline": compared, "times": times, "outcomes": outcomes, "cpu": cpu, "cases": cases,
             "waits": waits}  # fmt: skip
+    if threshold is not None and baseline is not None:
+        data["guard"] = guard(data, threshold)
     return suite_report(data, json_path, steal)
 
 
