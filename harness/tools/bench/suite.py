@@ -132,20 +132,27 @@ def suite_text(data: dict[str, Any]) -> str:
         for row, name in zip(rows, times, strict=True):
             harness, qemu = cpu[name]
             row += [f"{harness / data['cases'][name] * 1e3:.1f}", f"{qemu / data['cases'][name] * 1e3:.1f}",
-                    f"{harness / qemu:.2f}"]  # fmt: skip
+                    f"{statistics.median(ratios(data, name)):.2f}"]  # fmt: skip
         headers += ["harness CPU ms/case", "QEMU CPU ms/case", "harness / QEMU"]
     if any(None not in rounds for rounds in data.get("waits", {}).values()):
         # what harness / QEMU would be if no wait cost anything (profile's header has it too):
         # "-" for a revision whose summary did not measure its waits
         for row, name in zip(rows, times, strict=True):
-            waited = data["waits"][name]
-            harness, qemu = cpu[name]
-            row.append("-" if None in waited else f"{(harness - statistics.median(waited)) / qemu:.2f}")
+            waited = None in data["waits"][name]
+            row.append("-" if waited else f"{statistics.median(ratios(data, name, less_waits=True)):.2f}")
         headers.append("harness less its waits / QEMU")
     text = f"{data['title']}\n{tabulate(rows, headers=headers, tablefmt='github')}"
     if "guard" in data:
         text += f"\nspeed guard: exit {data['guard']['status']}: harness / QEMU, {data['guard']['why']}"
     return text + _cpu_bound(cpu) if set(cpu) == {"shared", "qtest"} else text
+
+
+def ratios(data: dict[str, Any], name: str, less_waits: bool = False) -> list[float]:
+    """Runner ``name``'s harness / QEMU in each round, both CPU times from that round's run, so that
+    most of the machine's swing from minute to minute cancels (``less_waits``: the harness's CPU
+    time less its waits for a reply). The table shows their median, and the guard judges them."""
+    waits = data["waits"][name] if less_waits else [0.0] * len(data["cpu"][name])
+    return [(harness - waited) / qemu for (harness, qemu), waited in zip(data["cpu"][name], waits, strict=True)]
 
 
 #: the rounds ``--threshold`` runs by default: two runs of one tree, three rounds each, lie apart by
@@ -155,12 +162,10 @@ GUARD_ROUNDS = 3
 
 def guard(data: dict[str, Any], threshold: float) -> dict[str, Any]:
     """``bench suite --whole --baseline REV --threshold T``'s verdict on this tree's harness
-    against REV's: each round's harness / QEMU (both CPU times from the same run, so that most of
-    the machine's swing from minute to minute cancels), judged by ``bench bisect-step``'s rule
+    against REV's: each round's harness / QEMU (:func:`ratios`), judged by ``bench bisect-step``'s rule
     (:func:`decide`): exit 1 where the rounds lie apart and this tree's median is ``threshold``
     times REV's or more (a change that made the harness slower), else 0."""
-    ratios = {name: [harness / qemu for harness, qemu in rounds] for name, rounds in data["cpu"].items()}
-    status, why = decide(ratios[data["baseline"]], ratios["this tree"], False, threshold)
+    status, why = decide(ratios(data, data["baseline"]), ratios(data, "this tree"), False, threshold)
     return {"threshold": threshold, "status": status, "why": why.replace("the reference", data["baseline"])}
 
 
