@@ -176,8 +176,9 @@ def test_the_speed_guard_fails_a_tree_whose_harness_costs_more_per_qemu_second(
 ) -> None:
     """``--threshold``: each round's harness / QEMU, this tree's against the baseline's, by
     bisect-step's rule: exit 1 only where the rounds lie apart and the median ratio grew by the
-    threshold; QEMU's own swing between rounds cancels in the ratio. The verdict is in the table
-    (and so in the JSON it is printed from again), and is the bench's exit status."""
+    threshold; QEMU's own swing between rounds cancels in the ratio. The verdict, with each round's
+    ratio, is in the table (and so in the JSON it is printed from again), and is the bench's exit
+    status; a host that stole CPU time makes it no verdict."""
 
     def ab(old: list[list[float]], new: list[list[float]]) -> dict[str, Any]:
         return {"title": "t", "baseline": "main (abc)", "times": {"main (abc)": [1.0] * 3, "this tree": [1.0] * 3},
@@ -188,25 +189,35 @@ def test_the_speed_guard_fails_a_tree_whose_harness_costs_more_per_qemu_second(
     slower = [[30.0, 12.0], [24.0, 10.0], [33.0, 12.0]]  # 2.5, 2.4, 2.75: every round above, 1.20x
     data = ab(old, slower)
     data["guard"] = suite.guard(data, 1.1)
-    assert data["guard"]["status"] == 1
     assert suite.suite_text(data).splitlines()[-1] == (
-        "speed guard: exit 1: harness / QEMU, 1.20x main (abc), told apart; slower by 1.20, threshold 1.1"
+        "speed guard: exit 1: harness / QEMU, 1.200x main (abc), told apart; slower by 1.200, threshold 1.1; "
+        "each round: main (abc) 2.00 2.20 2.08; this tree 2.50 2.40 2.75"
     )
-    assert suite.guard(data, 1.25)["status"] == 0  # slower, but by less than the threshold
+    quiet = bench_run.Steal((1000, 50), read=lambda: (3000, 50))  # nothing stolen
+    assert suite.suite_report(data, None, quiet) == 1  # the verdict is the exit status
+    assert suite.guard(data, 1.201)["status"] == 0  # slower, but by less than the threshold
+    # the host took a fifth of the CPU time: its figures, not the harness's, so no verdict
+    stolen = suite.guard(data, 1.1, bench_run.Steal((1000, 50), read=lambda: (3000, 450)).warning())
+    assert stolen["status"] == suite.NO_VERDICT and stolen["why"].startswith("no verdict, the host took CPU time")
     # QEMU twice as slow in this tree's rounds (a busier minute): its harness CPU doubled too, the same ratio
     assert suite.guard(ab(old, [[40.0, 20.0], [44.0, 20.0], [50.0, 24.0]]), 1.1)["status"] == 0
     # faster is never a failure; rounds that overlap are within the noise however far the medians
     assert suite.guard(ab(slower, old), 1.1)["status"] == 0
     overlap = suite.guard(ab(old, [[30.0, 12.0], [21.0, 10.0], [33.0, 12.0]]), 1.1)
     assert overlap["status"] == 0 and "within the noise" in overlap["why"]
-    # a guard needs a baseline and rounds to tell apart: refused before anything runs
+    with pytest.raises(HarnessError, match="a factor of 1 or more"):  # below 1 a faster tree would fail
+        suite.guard(ab(slower, old), 0.8)
+    # a guard needs a baseline, a factor of 1 or more and rounds to tell apart: refused before anything runs
     from harness.tools import cli
 
     assert cli.main(["bench", "suite", "--whole", "--baseline", "HEAD", "--threshold", "1.1", "--rounds", "1"]) == 2
+    assert cli.main(["bench", "suite", "--whole", "--baseline", "HEAD", "--threshold", "0.9"]) == 2
     assert cli.main(["bench", "suite", "--whole", "--threshold", "1.1"]) == 2
+    assert cli.main(["bench", "suite", "--whole", "--rounds", "0"]) == 2
     assert cli.main(["bench", "suite", "--threshold", "1.1"]) == 2
     err = capsys.readouterr().err
-    assert err.count("against a --baseline, over 2 rounds or more") == 2 and "give --whole too" in err
+    assert err.count("against a --baseline, over 2 rounds or more") == 3 and "give --whole too" in err
+    assert "--rounds 0: one round or more" in err
 
 
 def test_the_machine_line_says_how_much_cpu_time_the_host_stole(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -424,7 +435,7 @@ def test_bisect_step_exit_rule() -> None:
     assert decide(slow, fast, higher_is_better=False, threshold=2.0, when="faster")[0] == 1
     assert decide(slow, fast, higher_is_better=True, threshold=2.0)[0] == 1  # a rate fell to a third
     assert decide([1.0, 3.0], [2.9, 6.5], higher_is_better=False, threshold=2.0) == (
-        0, "2.35x the reference, within the noise; slower by 2.35, threshold 2.0",
+        0, "2.350x the reference, within the noise; slower by 2.350, threshold 2.0",
     )  # fmt: skip
 
 

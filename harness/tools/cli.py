@@ -121,10 +121,15 @@ def _add_bench(sub: Any) -> None:
     step.add_argument("--when", choices=("slower", "faster"), default="slower", help="exit 1 when slower (default)")
     step.add_argument("--rounds", type=int, default=3, help="rounds of each binary, interleaved (default 3)")
     step.add_argument("--quick", action="store_true", help="smoke mode: the measure's quick settings")
+    from harness.tools.bench.registry import GUARD_ROUNDS
+
     suite = bench_sub.add_parser("suite", help="QEMU's 27 cases: our pytest run against QEMU's qos-test")
     idle(suite)
     suite.add_argument("--qemu-binary")
-    suite.add_argument("--rounds", type=int, help="rounds per runner, interleaved (default 5; with --whole 1)")
+    suite.add_argument(
+        "--rounds", type=int,
+        help=f"rounds per runner, interleaved (default 5; with --whole 1; with --threshold {GUARD_ROUNDS})",
+    )  # fmt: skip
     suite.add_argument("--json", help="write the measurements to this file")
     suite.add_argument(
         "--whole", action="store_true",
@@ -136,8 +141,9 @@ def _add_bench(sub: Any) -> None:
     )  # fmt: skip
     suite.add_argument(
         "--threshold", type=float,
-        help="with --baseline: exit 1 when this tree's harness / QEMU is this factor of REV's or more and the "
-        "rounds lie apart (bench bisect-step's rule; e.g. 1.1; default rounds 3)",
+        help="with --whole --baseline: exit 1 when this tree's harness / QEMU is this factor (1 or more) of REV's "
+        "or more and the rounds lie apart (bench bisect-step's rule; e.g. 1.1); 2 when the host's steal makes it no "
+        "verdict",
     )  # fmt: skip
 
 
@@ -427,12 +433,16 @@ def _bench_kind(args: argparse.Namespace) -> int:
         binaries = [provision.find_qemu(name)[0] for name in args.qemu or []] or cached_releases()
         return bench_releases(binaries, 1 if args.quick else args.rounds, args.quick, args.json, args.plot_dir)
     if args.bench == "suite":
-        from harness.tools.bench.suite import GUARD_ROUNDS, bench_suite, bench_whole_suite
+        from harness.tools.bench.registry import GUARD_ROUNDS
+        from harness.tools.bench.suite import bench_suite, bench_whole_suite
 
         if args.whole:
-            rounds = args.rounds or (1 if args.threshold is None else GUARD_ROUNDS)
-            if args.threshold is not None and (not args.baseline or rounds < 2):
-                raise HarnessError("--threshold judges this tree against a --baseline, over 2 rounds or more")
+            rounds = (1 if args.threshold is None else GUARD_ROUNDS) if args.rounds is None else args.rounds
+            if rounds < 1:
+                raise HarnessError(f"--rounds {rounds}: one round or more")
+            if args.threshold is not None and (not args.baseline or rounds < 2 or args.threshold < 1):
+                raise HarnessError("--threshold (a factor of 1 or more) judges this tree against a --baseline, "
+                                   "over 2 rounds or more")  # fmt: skip
             return bench_whole_suite(args.qemu_binary, rounds, args.json, baseline=args.baseline,
                                      threshold=args.threshold)  # fmt: skip
         if args.baseline or args.threshold is not None:

@@ -2,12 +2,11 @@
 
 It measures one row of one of ``bench releases``' measures on the binary under test and on a
 reference binary (a build of the bisection's good end), interleaved over ``--rounds``, and exits
-by this rule, which ``git bisect run`` reads:
+as ``git bisect run`` reads it:
 
-- **1** (new/bad) when the rounds tell the two apart (every round of one on one side of every
-  round of the other) and the binary is slower than the reference by ``--threshold`` or more
-  (``--when faster``: faster by that factor, to find where a speed-up came in);
-- **0** (old/good) otherwise: the same speed as the reference, within the noise or the threshold;
+- **1** (new/bad) or **0** (old/good) by :func:`harness.tools.bench.report.decide`'s rule: 1 when
+  the rounds tell the two apart and the binary is slower than the reference by ``--threshold`` or
+  more (``--when faster``: faster by that factor, to find where a speed-up came in);
 - **125** (skip this commit) when the binary cannot be measured (it does not start, or the row
   is missing), so that a commit that does not build or run does not decide the bisection.
 

@@ -22,6 +22,12 @@ if TYPE_CHECKING:
     from harness.tools.bench.variant import Variant
 
 
+#: the rounds ``bench suite --whole --threshold`` (its speed guard, harness/tools/bench/suite.py) runs by
+#: default: :func:`harness.tools.bench.report.decide` says how often that many rounds of one tree lie
+#: apart by chance. Here, for the command line's help to name it without importing the bench.
+GUARD_ROUNDS = 3
+
+
 #: the columns of QEMU's CPU per request of readdir's and rtt's tables
 QEMU_PER_LISTING = "QEMU CPU µs/listing"
 QEMU_PER_OP = "QEMU CPU µs/op"

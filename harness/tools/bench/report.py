@@ -13,6 +13,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from harness.errors import HarnessError
 from harness.tools.bench.variant import CPU_COLUMNS, Variant
 
 Row = dict[str, Any]
@@ -91,19 +92,24 @@ def told_apart(base: Sequence[float], other: Sequence[float]) -> bool:
 
 
 def decide(
-    base: list[float], tested: list[float], higher_is_better: bool, threshold: float, when: str = "slower"
-) -> tuple[int, str]:
-    """``bench bisect-step``'s exit rule on two runners' rounds (harness/tools/bench/bisect.py's
-    docstring), which ``bench suite --whole --baseline --threshold`` applies too: (exit status, why).
-    1 where the rounds are told apart and ``tested`` is slower (``when``: faster) than ``base`` by
-    ``threshold`` or more; else 0."""
+    base: Sequence[float], tested: Sequence[float], higher_is_better: bool, threshold: float, when: str = "slower",
+    reference: str = "the reference",
+) -> tuple[int, str]:  # fmt: skip
+    """Whether ``tested`` is slower than ``base`` (``when="faster"``: faster), from their rounds:
+    (exit status, why). **1** when the rounds tell the two apart (every round of one on one side of
+    every round of the other: by chance 1 time in 10 at three rounds each, in either direction,
+    :func:`chance_apart`) and the change is ``threshold`` (a factor, 1 or more) or beyond; **0**
+    otherwise, within the noise or the threshold. ``bench bisect-step`` exits by it, and so does
+    ``bench suite --whole --baseline --threshold``; ``reference`` names ``base`` in the why."""
+    if threshold < 1:
+        raise HarnessError(f"a threshold is a factor of 1 or more, not {threshold}")
     middle = statistics.median(tested) / statistics.median(base)
     slower = 1 / middle if higher_is_better else middle  # a time grows, a rate falls
     factor = slower if when == "slower" else 1 / slower
     decided = told_apart(base, tested)
     status = 1 if decided and factor >= threshold else 0
     apart = "told apart" if decided else "within the noise"
-    return status, f"{middle:.2f}x the reference, {apart}; {when} by {factor:.2f}, threshold {threshold}"
+    return status, f"{middle:.3f}x {reference}, {apart}; {when} by {factor:.3f}, threshold {threshold}"
 
 
 def row_name(row: Row, keys: Sequence[str]) -> str:

@@ -155,18 +155,23 @@ def ratios(data: dict[str, Any], name: str, less_waits: bool = False) -> list[fl
     return [(harness - waited) / qemu for (harness, qemu), waited in zip(data["cpu"][name], waits, strict=True)]
 
 
-#: the rounds ``--threshold`` runs by default: two runs of one tree, three rounds each, lie apart by
-#: chance 1 time in 10 (:func:`harness.tools.bench.report.chance_apart`), and must then also differ by the threshold
-GUARD_ROUNDS = 3
+#: the guard's exit status when the host took enough CPU time that its figures are no verdict
+NO_VERDICT = 2
 
 
-def guard(data: dict[str, Any], threshold: float) -> dict[str, Any]:
+def guard(data: dict[str, Any], threshold: float, stolen: str | None = None) -> dict[str, Any]:
     """``bench suite --whole --baseline REV --threshold T``'s verdict on this tree's harness
-    against REV's: each round's harness / QEMU (:func:`ratios`), judged by ``bench bisect-step``'s rule
-    (:func:`decide`): exit 1 where the rounds lie apart and this tree's median is ``threshold``
-    times REV's or more (a change that made the harness slower), else 0."""
-    status, why = decide(ratios(data, data["baseline"]), ratios(data, "this tree"), False, threshold)
-    return {"threshold": threshold, "status": status, "why": why.replace("the reference", data["baseline"])}
+    against REV's: each round's harness / QEMU (:func:`ratios`), judged by :func:`decide` (exit 1
+    where the rounds lie apart and this tree's median is ``threshold`` times REV's or more: a change
+    that made the harness slower; else 0); :data:`NO_VERDICT` where ``stolen`` (the bench's steal
+    warning) says the host took the figures over."""
+    base, tested = ratios(data, data["baseline"]), ratios(data, "this tree")
+    status, why = decide(base, tested, False, threshold, reference=data["baseline"])
+    if stolen is not None:
+        status, why = NO_VERDICT, f"no verdict, the host took CPU time away ({why})"
+    rounds = "; ".join(f"{name} {' '.join(f'{r:.2f}' for r in ratios(data, name))}"
+                       for name in (data["baseline"], "this tree"))  # fmt: skip
+    return {"threshold": threshold, "status": status, "why": f"{why}; each round: {rounds}"}
 
 
 def _cpu_bound(cpu: dict[str, tuple[float, ...]]) -> str:
@@ -224,8 +229,11 @@ def bench_whole_suite(
         waits: dict[str, list[float | None]] = {name: [] for name in runners}
         cases: dict[str, int] = {}
         outcomes: dict[str, str] = {}
-        for _ in range(rounds):
-            for name, (argv, cwd) in runners.items():
+        order = list(runners.items())
+        for round_ in range(rounds):
+            # the two runners swap places each round: whatever favours a round's first (or second)
+            # run, caches or the machine's drift, falls on both
+            for name, (argv, cwd) in order if round_ % 2 == 0 else order[::-1]:
                 seconds, output, status = _timed(argv, ours, cwd)
                 summary = re.findall(r"^=* ?(\d+ passed.*?)(?: in [\d.]+s.*)?=*$", output, flags=re.MULTILINE)
                 spent = re.search(SUITE_CPU, output)  # the summary's CPU line (fixtures/summary.py, cpu_line)
@@ -242,13 +250,13 @@ def bench_whole_suite(
     agreed = {name: _counts(outcome) for name, outcome in outcomes.items()}
     if len(set(agreed.values())) > 1:
         raise HarnessError(f"the runners disagree on {'/'.join(AGREED)}: {outcomes}")
-    what = "both guest-memory paths" if baseline is None else f"this tree against {baseline}"
+    what = "both guest-memory paths" if baseline is None else f"this tree ({described()}) against {baseline}"
     title = (f"the whole suite, -n {workers}, {what}, on {home(binary)}, {rounds} round(s) each, interleaved; "
              f"{load(steal)}")  # fmt: skip
     data = {"title": title, "baseline": compared, "times": times, "outcomes": outcomes, "cpu": cpu, "cases": cases,
             "waits": waits}  # fmt: skip
     if threshold is not None and baseline is not None:
-        data["guard"] = guard(data, threshold)
+        data["guard"] = guard(data, threshold, steal.warning())
     return suite_report(data, json_path, steal)
 
 
@@ -260,6 +268,12 @@ def _counts(outcome: str) -> tuple[int, ...]:
 def short_revision(revision: str) -> str:
     """A revision as git abbreviates its commit."""
     return subprocess.run(["git", "rev-parse", "--short", revision], cwd=PROJECT, capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+
+
+def described() -> str:
+    """This tree as ``git describe`` names it: its commit, "-dirty" with changes not committed."""
+    return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=PROJECT, capture_output=True, text=True,
                           check=True).stdout.strip()  # fmt: skip
 
 
