@@ -3,6 +3,7 @@ Benchmarks are commands, never timed tests: nothing here asserts a speed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -205,7 +207,7 @@ def test_the_speed_guard_fails_a_tree_whose_harness_costs_more_per_qemu_second(
     assert suite.guard(ab(slower, old), 1.1)["status"] == 0
     overlap = suite.guard(ab(old, [[30.0, 12.0], [21.0, 10.0], [33.0, 12.0]]), 1.1)
     assert overlap["status"] == 0 and "within the noise" in overlap["why"]
-    with pytest.raises(HarnessError, match="a factor of 1 or more"):  # below 1 a faster tree would fail
+    with pytest.raises(HarnessError, match="a finite factor of 1 or more"):  # below 1 a faster tree would fail
         suite.guard(ab(slower, old), 0.8)
     # a guard needs a baseline, a factor of 1 or more and rounds to tell apart: refused before anything runs
     from harness.tools import cli
@@ -216,8 +218,54 @@ def test_the_speed_guard_fails_a_tree_whose_harness_costs_more_per_qemu_second(
     assert cli.main(["bench", "suite", "--whole", "--rounds", "0"]) == 2
     assert cli.main(["bench", "suite", "--threshold", "1.1"]) == 2
     err = capsys.readouterr().err
-    assert err.count("against a --baseline, over 2 rounds or more") == 3 and "give --whole too" in err
+    assert err.count("against a --baseline, over 2 rounds or more") == 2 and "give --whole too" in err
+    assert "a threshold is a finite factor of 1 or more, not 0.9" in err
     assert "--rounds 0: one round or more" in err
+
+
+def test_the_speed_guard_end_to_end_on_faked_suite_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bench suite --whole --baseline --threshold`` from the command line, each pytest run faked
+    (its summary lines): the runners swap places each round; a slower harness exits 1; runs whose
+    passed/failed/skipped/error counts differ in any round, or a crash, cannot be judged (2, never
+    the 1 that means slower); a threshold below 1 stops ``bisect-step`` before it measures."""
+    from harness.tools import cli
+
+    runs: list[str] = []
+    harness_cpu = {"baseline": 20.0, "this tree": 26.0}  # QEMU 10 s each: 2.0 against 2.6
+    passed: dict[tuple[str, int], int] = {}
+
+    def timed(argv: list[str], env: dict[str, str] | None = None, cwd: Path = suite.PROJECT) -> tuple[float, str, int]:
+        who = "this tree" if cwd == suite.PROJECT else "baseline"
+        runs.append(who)
+        spent = harness_cpu[who] + 0.1 * len(runs)  # rounds differ a little, as real ones do
+        count = passed.get((who, len(runs)), 5)
+        return 1.0, (f"CPU time over 1.0 s: {spent} s in the harness (pytest processes), 10.0 s in QEMU and other "
+                     f"child processes\n{count} passed, 1 skipped, 2 xfailed in 1.00s\n"), 0  # fmt: skip
+
+    @contextlib.contextmanager
+    def checked_out(revision: str) -> Iterator[Path]:
+        yield tmp_path
+
+    monkeypatch.setattr(suite, "_timed", timed)
+    monkeypatch.setattr(suite, "checked_out", checked_out)
+    monkeypatch.setattr(suite, "short_revision", lambda revision: "abc1234")
+    monkeypatch.setattr(provision, "find_qemu", lambda explicit: (Path("/usr/bin/qemu-system-x86_64"), None))
+    guard = ["bench", "suite", "--whole", "--baseline", "main", "--threshold", "1.1"]
+    assert cli.main(guard) == 1
+    assert runs == ["baseline", "this tree", "this tree", "baseline", "baseline", "this tree"]
+    assert "speed guard: exit 1: harness / QEMU, 1.289x main (abc1234), told apart" in capsys.readouterr().out
+    runs.clear()
+    passed[("this tree", 3)] = 4  # one run of the second round lost a case
+    assert cli.main(guard) == 2
+    assert "the runs disagree on passed/failed/skipped/error" in capsys.readouterr().err
+    monkeypatch.setattr(suite, "_timed", lambda *args, **kwargs: 1 / 0)  # a crash of the bench itself
+    assert cli.main(guard) == 2
+    assert "the speed guard could not judge: ZeroDivisionError" in capsys.readouterr().err
+    step = ["bench", "bisect-step", "--qemu-binary", "a", "--reference", "b", "--row", "r", "--threshold", "0.9"]
+    assert cli.main(step) == 255
+    assert "a threshold is a finite factor of 1 or more, not 0.9" in capsys.readouterr().err
 
 
 def test_the_machine_line_says_how_much_cpu_time_the_host_stole(monkeypatch: pytest.MonkeyPatch) -> None:

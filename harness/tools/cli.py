@@ -87,7 +87,7 @@ def _add_bench(sub: Any) -> None:
         parser.add_argument("--json", help="write the results, every round, to this file")
         parser.add_argument("--plot", help="draw the results into this PNG (needs matplotlib)")
 
-    from harness.tools.bench.registry import BENCHES, measures
+    from harness.tools.bench.registry import BENCHES, GUARD_ROUNDS, measures
 
     for entry in BENCHES:  # each bench's own command: harness/tools/bench/registry.py
         parser = bench_sub.add_parser(entry.name, help=entry.help)
@@ -121,8 +121,6 @@ def _add_bench(sub: Any) -> None:
     step.add_argument("--when", choices=("slower", "faster"), default="slower", help="exit 1 when slower (default)")
     step.add_argument("--rounds", type=int, default=3, help="rounds of each binary, interleaved (default 3)")
     step.add_argument("--quick", action="store_true", help="smoke mode: the measure's quick settings")
-    from harness.tools.bench.registry import GUARD_ROUNDS
-
     suite = bench_sub.add_parser("suite", help="QEMU's 27 cases: our pytest run against QEMU's qos-test")
     idle(suite)
     suite.add_argument("--qemu-binary")
@@ -416,8 +414,10 @@ def _qemu(args: argparse.Namespace) -> int:
 def _bench_kind(args: argparse.Namespace) -> int:
     if args.bench == "bisect-step":
         from harness.tools.bench.bisect import bisect_step
+        from harness.tools.bench.report import check_threshold
 
         try:
+            check_threshold(args.threshold)  # before any round is measured
             row = " ".join(args.row)  # quoted or not: a bisect's sh -c line is quoted already
             return bisect_step(Path(args.qemu_binary), Path(args.reference), args.measure, row, args.threshold,
                                max(2, args.rounds), args.when, args.quick)  # fmt: skip
@@ -434,17 +434,25 @@ def _bench_kind(args: argparse.Namespace) -> int:
         return bench_releases(binaries, 1 if args.quick else args.rounds, args.quick, args.json, args.plot_dir)
     if args.bench == "suite":
         from harness.tools.bench.registry import GUARD_ROUNDS
+        from harness.tools.bench.report import check_threshold
         from harness.tools.bench.suite import bench_suite, bench_whole_suite
 
         if args.whole:
             rounds = (1 if args.threshold is None else GUARD_ROUNDS) if args.rounds is None else args.rounds
             if rounds < 1:
                 raise HarnessError(f"--rounds {rounds}: one round or more")
-            if args.threshold is not None and (not args.baseline or rounds < 2 or args.threshold < 1):
-                raise HarnessError("--threshold (a factor of 1 or more) judges this tree against a --baseline, "
-                                   "over 2 rounds or more")  # fmt: skip
-            return bench_whole_suite(args.qemu_binary, rounds, args.json, baseline=args.baseline,
-                                     threshold=args.threshold)  # fmt: skip
+            if args.threshold is None:
+                return bench_whole_suite(args.qemu_binary, rounds, args.json, baseline=args.baseline)
+            if not args.baseline or rounds < 2:
+                raise HarnessError("--threshold judges this tree against a --baseline, over 2 rounds or more")
+            check_threshold(args.threshold)
+            try:
+                return bench_whole_suite(args.qemu_binary, rounds, args.json, baseline=args.baseline,
+                                         threshold=args.threshold)  # fmt: skip
+            except HarnessError:
+                raise
+            except Exception as err:  # the guard's 1 means slower and nothing else: what broke cannot judge (2)
+                raise HarnessError(f"the speed guard could not judge: {type(err).__name__}: {err}") from err
         if args.baseline or args.threshold is not None:
             raise HarnessError("--baseline and --threshold compare whole suites: give --whole too")
         return bench_suite(args.qemu_binary, args.rounds or 5, args.json)

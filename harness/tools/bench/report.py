@@ -91,18 +91,25 @@ def told_apart(base: Sequence[float], other: Sequence[float]) -> bool:
     return max(other) < min(base) or min(other) > max(base)
 
 
+def check_threshold(threshold: float) -> float:
+    """``threshold`` if it is a factor :func:`decide` can judge by: finite and 1 or more (below 1 a
+    binary no slower would count as slower)."""
+    if not (math.isfinite(threshold) and threshold >= 1):
+        raise HarnessError(f"a threshold is a finite factor of 1 or more, not {threshold}")
+    return threshold
+
+
 def decide(
     base: Sequence[float], tested: Sequence[float], higher_is_better: bool, threshold: float, when: str = "slower",
     reference: str = "the reference",
 ) -> tuple[int, str]:  # fmt: skip
     """Whether ``tested`` is slower than ``base`` (``when="faster"``: faster), from their rounds:
     (exit status, why). **1** when the rounds tell the two apart (every round of one on one side of
-    every round of the other: by chance 1 time in 10 at three rounds each, in either direction,
-    :func:`chance_apart`) and the change is ``threshold`` (a factor, 1 or more) or beyond; **0**
-    otherwise, within the noise or the threshold. ``bench bisect-step`` exits by it, and so does
-    ``bench suite --whole --baseline --threshold``; ``reference`` names ``base`` in the why."""
-    if threshold < 1:
-        raise HarnessError(f"a threshold is a factor of 1 or more, not {threshold}")
+    every round of the other, which rounds of one binary do by chance as often as
+    :func:`chance_apart` says) and the change is ``threshold`` (:func:`check_threshold`) or beyond;
+    **0** otherwise, within the noise or the threshold. ``bench bisect-step`` exits by it, and so
+    does ``bench suite --whole --baseline --threshold``; ``reference`` names ``base`` in the why."""
+    check_threshold(threshold)
     middle = statistics.median(tested) / statistics.median(base)
     slower = 1 / middle if higher_is_better else middle  # a time grows, a rate falls
     factor = slower if when == "slower" else 1 / slower
