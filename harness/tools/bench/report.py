@@ -91,12 +91,11 @@ def told_apart(base: Sequence[float], other: Sequence[float]) -> bool:
     return max(other) < min(base) or min(other) > max(base)
 
 
-def check_threshold(threshold: float) -> float:
-    """``threshold`` if it is a factor :func:`decide` can judge by: finite and 1 or more (below 1 a
-    binary no slower would count as slower)."""
+def check_threshold(threshold: float) -> None:
+    """Refuse a ``threshold`` :func:`decide` cannot judge by: it must be finite and 1 or more (below
+    1 a binary no slower would count as slower)."""
     if not (math.isfinite(threshold) and threshold >= 1):
         raise HarnessError(f"a threshold is a finite factor of 1 or more, not {threshold}")
-    return threshold
 
 
 def decide(

@@ -138,8 +138,8 @@ def suite_text(data: dict[str, Any]) -> str:
         # what harness / QEMU would be if no wait cost anything (profile's header has it too):
         # "-" for a revision whose summary did not measure its waits
         for row, name in zip(rows, times, strict=True):
-            waited = None in data["waits"][name]
-            row.append("-" if waited else f"{statistics.median(ratios(data, name, less_waits=True)):.2f}")
+            unmeasured = None in data["waits"][name]
+            row.append("-" if unmeasured else f"{statistics.median(ratios(data, name, less_waits=True)):.2f}")
         headers.append("harness less its waits / QEMU")
     text = f"{data['title']}\n{tabulate(rows, headers=headers, tablefmt='github')}"
     if "guard" in data:
@@ -165,12 +165,11 @@ def guard(data: dict[str, Any], threshold: float, stolen: str | None = None) -> 
     where the rounds lie apart and this tree's median is ``threshold`` times REV's or more: a change
     that made the harness slower; else 0); :data:`NO_VERDICT` where ``stolen`` (the bench's steal
     warning) says the host took the figures over."""
-    base, tested = ratios(data, data["baseline"]), ratios(data, "this tree")
-    status, why = decide(base, tested, False, threshold, reference=data["baseline"])
+    judged = {name: ratios(data, name) for name in (data["baseline"], "this tree")}
+    status, why = decide(judged[data["baseline"]], judged["this tree"], False, threshold, reference=data["baseline"])
     if stolen is not None:
         status, why = NO_VERDICT, f"no verdict, the host took CPU time away ({why})"
-    rounds = "; ".join(f"{name} {' '.join(f'{r:.2f}' for r in ratios(data, name))}"
-                       for name in (data["baseline"], "this tree"))  # fmt: skip
+    rounds = "; ".join(f"{name} {' '.join(f'{r:.2f}' for r in each)}" for name, each in judged.items())
     return {"threshold": threshold, "status": status, "why": f"{why}; each round: {rounds}"}
 
 
@@ -229,8 +228,7 @@ def bench_whole_suite(
         waits: dict[str, list[float | None]] = {name: [] for name in runners}
         cases: dict[str, int] = {}
         outcomes: dict[str, str] = {}
-        counted: list[tuple[int, ...]] = []  # every run's passed/failed/skipped/error
-        ran: list[str] = []
+        ran: set[tuple[str, str]] = set()  # (runner, outcome) of every run: its passed/failed/skipped/error must agree
         order = list(runners.items())
         for round_ in range(rounds):
             # the two runners swap places each round: whatever favours a round's first (or second)
@@ -242,8 +240,7 @@ def bench_whole_suite(
                 if status != 0 or not summary or not spent:
                     raise HarnessError(f"whole suite, {name}: exit {status}:\n{output[-3000:]}")
                 outcomes[name] = summary[-1].strip()
-                counted.append(_counts(outcomes[name]))
-                ran.append(f"{name}: {outcomes[name]}")
+                ran.add((name, outcomes[name]))
                 cases[name] = sum(int(n) for n in re.findall(r"(\d+) (?:passed|failed|skipped|xfailed|xpassed|error)",
                                                              outcomes[name]))  # fmt: skip
                 times[name].append(seconds)
@@ -251,8 +248,9 @@ def bench_whole_suite(
                 # None: a revision whose summary has no harness line (before the waits were measured)
                 waited = re.search(HARNESS_SPENT, output)
                 waits[name].append(float(waited["wait_s"]) if waited else None)
-    if len(set(counted)) > 1:  # every run of either runner: a correct server gives the same counts each time
-        raise HarnessError(f"the runs disagree on {'/'.join(AGREED)}: {'; '.join(sorted(set(ran)))}")
+    if len({_counts(outcome) for _, outcome in ran}) > 1:  # a correct server gives the same counts each run
+        raise HarnessError(f"the runs disagree on {'/'.join(AGREED)}: "
+                           + "; ".join(f"{name}: {outcome}" for name, outcome in sorted(ran)))  # fmt: skip
     what = "both guest-memory paths" if baseline is None else f"this tree ({described()}) against {baseline}"
     title = (f"the whole suite, -n {workers}, {what}, on {home(binary)}, {rounds} round(s) each, interleaved; "
              f"{load(steal)}")  # fmt: skip
