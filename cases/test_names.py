@@ -56,7 +56,7 @@ def check(mirror: Mirror, row: NameOp, boundary: str) -> None:
 @pytest.mark.qemu_bug(
     fixed_in=versions.WSTAT_NAME_CHECK,
     reason="v9fs_wstat() renames to '.' or '..' unchecked: rename(2) onto the directory answers ENOTEMPTY, "
-    "where every other rename says EISDIR (fixed with the name check of 7f5445e7e4)",
+    "where every other rename says EISDIR (fixed by 08750e31fc, backported with 7f5445e7e4)",
     raises=UnexpectedReply,
     when={"op": "dotu/wstat", "boundary": ("dot", "dotdot")},
 )

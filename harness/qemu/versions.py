@@ -43,7 +43,8 @@ MSIZE_CAP = ("10.0.12", "11.0.3", "11.1.0")
 #: Treaddir's count constrained to the reply buffer the driver gave, before the entries are
 #: collected (CVE-2026-9238): 64c6c7e0df
 READDIR_CAP = ("10.0.12", "11.0.3", "11.1.0")
-#: Twstat rename with a '/' in the new name is refused, not an assert: 7f5445e7e4
+#: Twstat rename with a '/' in the new name is refused, not an assert (7f5445e7e4), and '.' or '..'
+#: with EISDIR as Trename and Trenameat do (08750e31fc): every stable branch took the two together
 WSTAT_NAME_CHECK = ("10.0.11", "10.2.4", "11.0.2", "11.1.0")
 #: Tgetattr on an fid with an open handle stats its fd, so it works after the name is unlinked
 #: (GitLab #103; QEMU's local/use_after_unlink came with it): c81e7219e0
