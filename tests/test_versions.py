@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
 
-from harness.qemu import versions
+from harness.qemu import build, versions
 
 LOCK_FIX = ("10.0.12", "11.0.3", "11.1.0")
 
@@ -62,3 +66,84 @@ def test_a_bug_is_where_it_came_in_and_not_yet_fixed() -> None:
     assert [versions.has_bug(v, **regression) for v in ("7.2.22", "10.0.12", "10.0.13", "11.1.50")] == [
         False, False, True, True,
     ]  # fmt: skip
+
+
+# -- what a build's source says -------------------------------------------------------------------
+
+
+def test_a_source_that_holds_a_fix_has_it_whatever_its_number_says() -> None:
+    """11.0.3 lacks the drain of 11.0.4 by its number; a stable-11.0 tree past 11.0.3 holds its
+    commit. A history without it, or without every commit of a change, gives nothing."""
+    drain = versions.UNPLUG_DRAIN
+    assert not versions.has("11.0.3", drain)
+    assert versions.has(versions.Version("11.0.3", [*drain.subjects, "an unrelated commit"]), drain)
+    assert not versions.has(versions.Version("11.0.3", ["an unrelated commit"]), drain)
+    handles = versions.FID_HANDLE_CHECK
+    assert len(handles.subjects) == 3
+    assert not versions.has(versions.Version("10.2.4", handles.subjects[:2]), handles)
+    assert versions.has(versions.Version("10.2.4", handles.subjects), handles)
+
+
+def test_a_history_only_adds() -> None:
+    """A source whose history lacks a fix (a shallow clone, a squashed import) still has what its
+    number gives it; a change that names no commit is never read from a history."""
+    assert versions.has(versions.Version("11.1.0", ["anything"]), versions.UNPLUG_DRAIN)
+    assert not versions.has(versions.Version("11.1.0", [""]), versions.Change(()))
+
+
+def test_the_changes_a_source_holds_beyond_its_number_are_named() -> None:
+    staging = versions.Version("11.0.3", [*versions.UNPLUG_DRAIN.subjects, *versions.MAX_XATTR.subjects])
+    assert versions.beyond_number(staging) == ["UNPLUG_DRAIN"]  # MAX_XATTR: 11.0.3 has it by number
+    assert versions.beyond_number("11.0.3") == []
+
+
+def test_a_known_bug_follows_the_source() -> None:
+    """The drain's wedge (introduced_in=UNPLUG_DRAIN) applies to a stable-11.0 tree that holds the
+    drain; the O_TRUNC bypass (fixed_in=READONLY_DOTU_OPEN) does not."""
+    from fixtures.known import known_bug
+
+    def marker(**kwargs: object) -> pytest.Mark:
+        return pytest.mark.qemu_bug(reason="r", **kwargs).mark
+
+    wedge = marker(introduced_in=versions.UNPLUG_DRAIN, fixed_in=())
+    bypass = marker(fixed_in=versions.READONLY_DOTU_OPEN)
+    staging = versions.Version("11.0.3", [*versions.UNPLUG_DRAIN.subjects, *versions.READONLY_DOTU_OPEN.subjects])
+    assert known_bug([wedge], {}, "11.0.3") is None and known_bug([wedge], {}, staging) is not None
+    assert known_bug([bypass], {}, "11.0.3") is not None and known_bug([bypass], {}, staging) is None
+
+
+def test_every_change_names_its_commits() -> None:
+    assert versions.CHANGES and all(change.subjects for change in versions.CHANGES.values())
+    assert "TRACE_NAMES" in versions.CHANGES and "UNPLUG_DRAIN" in versions.CHANGES
+
+
+def test_the_releases_and_the_commits_of_every_change_agree_on_every_release_since_7_2() -> None:
+    """Each change's releases (its number rule) and its commits (its history rule) give the same
+    answer on every release tag of a QEMU clone from 7.2 on: a wrong release, a missing backport or
+    a wrong subject shows here. Needs a QEMU git history ($V9P_QEMU_GIT, as ``qemu build --git``)."""
+    repo = os.environ.get("V9P_QEMU_GIT")
+    if not repo or not (Path(repo, "HEAD").exists() or Path(repo, ".git").exists()):
+        pytest.skip(
+            "needs a QEMU git clone with its release tags: set V9P_QEMU_GIT to one (as `qemu build --git` reads)"
+        )
+
+    def git(*args: str) -> list[str]:
+        return subprocess.run(
+            ["git", "-C", repo, *args], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+
+    releases = [t for t in git("tag", "-l", "v[0-9]*") if "rc" not in t and versions.parse(t) >= (7, 2, 0)]
+    by_subject: dict[str, list[str]] = {}
+    for line in git("log", "--all", "--format=%H %s", "--", *build.HISTORY_PATHS):
+        commit, subject = line.split(" ", 1)
+        by_subject.setdefault(subject, []).append(commit)
+    wrong = []
+    for name, change in versions.CHANGES.items():
+        assert all(by_subject.get(s) for s in change.subjects), f"{name}: a subject no commit of {repo} has"
+        # one walk per subject: the tags that hold any of its commits (the mainline one, its backports)
+        tagged = [set(git("tag", *(f"--contains={c}" for c in by_subject[s]))) for s in change.subjects]
+        for tag in releases:
+            by_number, by_history = versions.has(tag[1:], change), all(tag in t for t in tagged)
+            if by_number != by_history:
+                wrong.append(f"{name} on {tag}: by its releases {by_number}, by its commits {by_history}")
+    assert not wrong, "\n".join(wrong)

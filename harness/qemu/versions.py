@@ -6,13 +6,45 @@ branch where it was backported, and the mainline release (``x.y.0``) it went int
 it carries it, or when it is at or above the mainline release (every later version has it).
 So 10.2.2 lacks a fix of ``("10.0.12", "11.1.0")``, 10.0.13 and 11.1.50 (master) have it, and
 an empty tuple (no fix known) is had by no version.
+
+Each fix and change is a :class:`Change`: those releases, and the subject lines of the upstream
+commits that make it. A build whose source the harness knows (a git commit, a Debian source
+package's patches: harness/qemu/build.py ``history_of``) has a change also when its history holds
+all of those subjects, whatever its number says: a stable branch between two releases, a
+distribution's backport. The history only adds: a build never loses what its number gives it.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+
+
+class Change(tuple[str, ...]):
+    """A fix or a change of behaviour: the releases that first carry it (the tuple itself, one per
+    stable branch and the mainline one), and the subject lines of the upstream commits that make
+    it (``subjects``: a backport keeps them)."""
+
+    subjects: tuple[str, ...]
+
+    def __new__(cls, releases: tuple[str, ...], *subjects: str) -> Change:
+        made = super().__new__(cls, releases)
+        made.subjects = subjects
+        return made
+
+
+class Version(str):
+    """A QEMU version as ``--version`` prints it (``11.0.3``), with the subject lines of the 9pfs
+    commits its build's source holds (``history``; empty where the harness does not know its source)."""
+
+    history: frozenset[str]
+
+    def __new__(cls, number: str, history: Iterable[str] = ()) -> Version:
+        made = super().__new__(cls, number)
+        made.history = frozenset(history)
+        return made
+
 
 #: The versions the suite's expectations were made on (known bugs, malformed outcomes).
 KNOWN = ("7.2.22", "10.0.13", "11.1.50")
@@ -20,50 +52,82 @@ KNOWN = ("7.2.22", "10.0.13", "11.1.50")
 # Behaviour that changed by design, named by the releases that first have the new one.
 #: 9pfs trace events name open flags (v9fs_open "...(RDONLY|DIRECTORY)") and walk names
 #: (v9fs_walk "wnames={a, b}"): 9a0dd4b3e4, 0ad7cb925e
-TRACE_NAMES = ("10.0.0",)
+TRACE_NAMES = Change(("10.0.0",), "9pfs: improve v9fs_open() tracing", "9pfs: improve v9fs_walk() tracing")
 #: the max_xattr fsdev option; the synth tree's stat/xattr_count; xattrs on synth pretend to work
-MAX_XATTR = ("10.0.12", "11.0.3", "11.1.0")
+MAX_XATTR = Change(
+    ("10.0.12", "11.0.3", "11.1.0"),
+    "hw/9pfs: add max_xattr option",
+    "hw/9pfs: enable xattr (mockup) support for synth fs driver",
+    "hw/9pfs: add xattr count query interface to fs synth driver",
+)
 #: multidevs=remap is the default: qid.path is no longer the host inode number
-REMAP_DEFAULT = ("10.0.0",)
+REMAP_DEFAULT = Change(("10.0.0",), "9pfs: make multidevs=remap default")
 #: paths longer than 64 KiB work (V9fsPath.size no longer uint16_t); local/deep_absolute_path came with it
-LONG_PATHS = ("10.0.11", "10.2.4", "11.0.2", "11.1.0")
+LONG_PATHS = Change(
+    ("10.0.11", "10.2.4", "11.0.2", "11.1.0"),
+    "hw/9pfs: change V9fsPath.size to size_t and v9fs_path_sprintf() return type",
+)
 #: Tsetattr size and times on an fid with an open handle go to its fd (ftruncate, futimens)
-FD_SETATTR = ("10.1.0",)
+FD_SETATTR = Change(("10.1.0",), "9pfs: Introduce ftruncate file op", "9pfs: Introduce futimens file op")
 #: under a mapped security model, Treadlink of a symlink the host made reads it (readlinkat on
 #: O_NOFOLLOW's ELOOP) instead of answering ELOOP: 22296f2db9
-MAPPED_NATIVE_SYMLINK = ("11.0.0",)
+MAPPED_NATIVE_SYMLINK = Change(("11.0.0",), "9pfs: local: read native symlinks when security-model=mapped")
 
 # Fixes, named by the releases that carry them. Known-bug markers (``qemu_bug(fixed_in=...)``) and
 # the malformed catalogue's expected outcomes both read these: one rule decides what a version has.
 #: Tlock, Tgetlock, Tfsync and Twstat's sync path check that the fid has an open handle (EBADF; on
 #: synth always EBADF): c3aa2491cd, 32cae47c33, 75893c058b
-FID_HANDLE_CHECK = ("10.0.12", "11.0.3", "11.1.0")
+FID_HANDLE_CHECK = Change(
+    ("10.0.12", "11.0.3", "11.1.0"),
+    "hw/9pfs: fix invalid union access by v9fs_co_fstat()",
+    "hw/9pfs: fix invalid union access by v9fs_co_fsync()",
+    "hw/9pfs/local: harden local_fid_fd() on FID types",
+)
 #: Tversion caps msize at the transport's limit: bb5ab96e35
-MSIZE_CAP = ("10.0.12", "11.0.3", "11.1.0")
+MSIZE_CAP = Change(
+    ("10.0.12", "11.0.3", "11.1.0"),
+    "hw/9pfs: cap negotiated msize to transport limit",
+    "9pfs/virtio: implement msize_limit callback",
+)
 #: Treaddir's count constrained to the reply buffer the driver gave, before the entries are
 #: collected (CVE-2026-9238): 64c6c7e0df
-READDIR_CAP = ("10.0.12", "11.0.3", "11.1.0")
+READDIR_CAP = Change(
+    ("10.0.12", "11.0.3", "11.1.0"),
+    "hw/9pfs: cap Treaddir allocation (CVE-2026-9238)",
+    "9pfs/virtio: implement response_buffer_size callback",
+)
 #: Twstat rename with a '/' in the new name is refused, not an assert (7f5445e7e4), and '.' or '..'
 #: with EISDIR as Trename and Trenameat do (08750e31fc): every stable branch took the two together
-WSTAT_NAME_CHECK = ("10.0.11", "10.2.4", "11.0.2", "11.1.0")
+WSTAT_NAME_CHECK = Change(
+    ("10.0.11", "10.2.4", "11.0.2", "11.1.0"),
+    "hw/9pfs: fix abort due to illegal name with Twstat rename",
+    "hw/9pfs: reject . and .. in Twstat rename",
+)
 #: Tgetattr on an fid with an open handle stats its fd, so it works after the name is unlinked
 #: (GitLab #103; QEMU's local/use_after_unlink came with it): c81e7219e0
-GETATTR_OPEN_FID = ("7.2.16", "8.2.9", "9.1.3", "9.2.0")
+GETATTR_OPEN_FID = Change(("7.2.16", "8.2.9", "9.1.3", "9.2.0"), "9pfs: fix 'Tgetattr' after unlink")
 #: Treaddir checks that the fid was opened as a directory: ENOTDIR with a "bad client" warning
 #: (before: a file's descriptor was used as a DIR*, SIGSEGV; an unopened fid got EINVAL): 042b4ebfd2
-READDIR_DIR_FID = ("7.2.15", "8.2.8", "9.0.4", "9.1.2", "9.2.0")
+READDIR_DIR_FID = Change(("7.2.15", "8.2.8", "9.0.4", "9.1.2", "9.2.0"), "9pfs: fix crash on 'Treaddir' request")
 #: Tmknod of a FIFO or socket works again (regression of the CVE-2023-2861 fix): d06a9d843f
-MKNOD_SPECIAL = ("8.2.9", "9.1.3", "9.2.1", "10.0.0")
+MKNOD_SPECIAL = Change(("8.2.9", "9.1.3", "9.2.1", "10.0.0"), "9pfs: fix regression regarding CVE-2023-2861")
 #: synth refuses Trenameat before the backend (EOPNOTSUPP, was synth_renameat's EPERM): b72d15f47c
-SYNTH_RENAMEAT = ("10.0.9", "10.1.5", "10.2.2", "11.0.0")
+SYNTH_RENAMEAT = Change(
+    ("10.0.9", "10.1.5", "10.2.2", "11.0.0"),
+    "hw/9pfs: fix missing EOPNOTSUPP on Twstat and Trenameat for fs synth driver",
+)
 #: 9P2000.u Topen/Tcreate with OTRUNC or OAPPEND honour readonly=on: a0414545a2
-READONLY_DOTU_OPEN = ("10.0.13", "11.0.4", "11.1.0")
+READONLY_DOTU_OPEN = Change(("10.0.13", "11.0.4", "11.1.0"), "hw/9pfs: fix O_TRUNC bypass on read-only export")
 #: Treaddir's collection of entries (do_readdir_many, with its lstat() of each under
 #: multidevs=remap) holds the read side of the rename lock, so a rename waits for it
 #: (CVE-2026-48004): 5a8da7e979
-READDIR_RENAME_LOCK = ("10.0.11", "10.2.4", "11.0.2", "11.1.0")
+READDIR_RENAME_LOCK = Change(
+    ("10.0.11", "10.2.4", "11.0.2", "11.1.0"), "9pfs: fix missing rename lock in v9fs_co_readdir_many (CVE-2026-48004)"
+)
 #: unrealize drains the requests in flight before hot-unplug (the use-after-free fix; it brought a wedge): 210701c82e
-UNPLUG_DRAIN = ("10.0.13", "11.0.4", "11.1.0")
+UNPLUG_DRAIN = Change(
+    ("10.0.13", "11.0.4", "11.1.0"), "hw/9pfs/virtio: drain in-flight PDUs before virtio-9p unrealize"
+)
 
 
 @functools.cache  # the tables ask it of every cell: a version is parsed once a process
@@ -75,7 +139,10 @@ def parse(version: str) -> tuple[int, int, int]:
 
 
 def has(version: str, releases: Sequence[str]) -> bool:
-    """Whether ``version`` carries the fix or change that first shipped in ``releases``."""
+    """Whether ``version`` carries the fix or change that first shipped in ``releases``: by its
+    number, or (a :class:`Version` with a history, ``releases`` a :class:`Change`) by its source."""
+    if getattr(version, "history", None) and in_history(version, releases):
+        return True
     have = parse(version)
     development = have[2] >= 50  # X.Y.50 and up: master between X.Y and X.Y+1, no stable branch
     for release in map(parse, releases):
@@ -84,6 +151,20 @@ def has(version: str, releases: Sequence[str]) -> bool:
         if release[2] == 0 and have >= release:
             return True  # mainline: every later version has it
     return False
+
+
+def in_history(version: str, releases: Sequence[str]) -> bool:
+    """Whether ``version``'s source holds every commit of the change ``releases`` (a change that
+    names none, or a version whose source is not known: no)."""
+    subjects = getattr(releases, "subjects", ())
+    return bool(subjects) and getattr(version, "history", frozenset()).issuperset(subjects)
+
+
+def beyond_number(version: str) -> list[str]:
+    """The changes of this module that ``version``'s source holds and its number does not give it,
+    by name (a stable branch between releases, a backport)."""
+    return [name for name, change in CHANGES.items()
+            if in_history(version, change) and not has(str(version), change)]  # fmt: skip
 
 
 def has_bug(version: str, fixed_in: Sequence[str], introduced_in: Sequence[str] = ()) -> bool:
@@ -104,3 +185,7 @@ def nearest_known(version: str, known: Sequence[str] = KNOWN) -> str:
 def describe(releases: Sequence[str]) -> str:
     """``fixed in 10.0.12, 11.0.3, 11.1.0`` or ``no fix known``."""
     return f"fixed in {', '.join(releases)}" if releases else "no fix known"
+
+
+#: every change above, by name
+CHANGES = {name: value for name, value in dict(globals()).items() if isinstance(value, Change)}
