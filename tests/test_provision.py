@@ -14,7 +14,7 @@ import pytest
 
 from fixtures.devices import QemuUnderTest
 from harness.errors import ProvisionError
-from harness.qemu import provision
+from harness.qemu import build, provision, versions
 
 PROJECT = Path(__file__).resolve().parent.parent
 #: Debian's qemu-system-x86 package: no qtest accelerator (`make test` installs it for these tests).
@@ -187,8 +187,6 @@ def test_sanitizer_kinds_name_one_build_variant(tmp_path: Path) -> None:
     """``--sanitize`` takes -fsanitize's names: address and undefined together, thread alone (QEMU's
     meson refuses TSan beside the others); TSan builds through --enable-tsan only, never falling
     back to 7.2's --enable-sanitizers (which would make an ASan build under TSan's name)."""
-    from harness.qemu import build
-
     assert build.sanitize_variant("undefined,address") == "asan+ubsan"
     assert build.sanitize_variant("thread") == build.sanitize_variant("tsan") == "tsan"
     for wrong in ("thread,address", "memory", ""):
@@ -225,7 +223,7 @@ def test_a_commit_of_an_old_tree_gets_what_git_archive_leaves_out(tmp_path: Path
     """``qemu build --git``: an old tree's submodules come from the donor (a Debian source tree), and
     its keymap-gen calls are put in the order today's keymap-gen wants, with the keys its QKeyCode
     enum lacks left unmapped; a newer tree gets its subprojects and no wrapper."""
-    from harness.qemu import build, git_tree
+    from harness.qemu import git_tree
 
     repo = tmp_path / "repo"
     (repo / "ui").mkdir(parents=True)
@@ -279,7 +277,6 @@ def test_a_commit_of_an_old_tree_gets_what_git_archive_leaves_out(tmp_path: Path
 def test_a_tree_gets_only_the_configure_flags_its_configure_takes(tmp_path: Path) -> None:
     """5.2's meson knows install_blobs but its configure does not pass meson options through
     (no meson-buildoptions.sh): the flag is left out there, kept where configure passes it on."""
-    from harness.qemu import build
 
     tree = tmp_path / "tree"
     tree.mkdir()
@@ -296,7 +293,6 @@ def test_a_plain_build_without_tcg_is_built_again(tmp_path: Path) -> None:
     """A plain build stamped before builds got TCG is not found (the guest family needs TCG where
     KVM does not work), so ``qemu build`` makes it again; a variant build (sanitizers, gcov) is
     found without it: only qtest cases run on it."""
-    from harness.qemu import build
 
     def made(name: str, variant: str, tcg: bool | None) -> None:
         directory = tmp_path / name
@@ -316,3 +312,59 @@ def test_a_plain_build_without_tcg_is_built_again(tmp_path: Path) -> None:
     found = build.find_build("debian:trixie", tmp_path)
     assert found is not None and found.tcg and found.variant == ""
     assert build.accel_flags("") == ("--enable-tcg",) and build.accel_flags("gcov") == ("--disable-tcg",)
+
+
+def _commit(repo: Path, path: str, subject: str) -> str:
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_text(subject)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", subject], check=True)
+    return subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_a_git_build_knows_the_9pfs_commits_its_source_holds(tmp_path: Path) -> None:
+    """A build from a commit (``qemu build --git``) reads its 9pfs commits' subjects, and the probe's
+    version carries them: a fix backported past the build's release number is had. A stamp from
+    before histories were kept is read once and keeps what it read."""
+    repo = tmp_path / "qemu"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    _commit(repo, "hw/9pfs/9p.c", "hw/9pfs: an old fix")
+    _commit(repo, "hw/9pfs/virtio-9p-device.c", versions.UNPLUG_DRAIN.subjects[0])
+    head = _commit(repo, "block/other.c", "block: a commit of another subsystem")
+    (tmp_path / "bin").mkdir()
+    fake, _ = _counting_fake(tmp_path / "bin", "11.0.3")
+    stamp = fake.parent / build.STAMP
+    stamp.write_text(json.dumps({"version": "11.0.3", "origin": f"git:{repo}@{head}"}))
+    version = provision.probe(fake).version
+    assert version == "11.0.3" and versions.has(version, versions.UNPLUG_DRAIN)
+    assert version.history == {"hw/9pfs: an old fix", *versions.UNPLUG_DRAIN.subjects}
+    assert versions.beyond_number(version) == ["UNPLUG_DRAIN"]
+    assert json.loads(stamp.read_text())["history"] == [*versions.UNPLUG_DRAIN.subjects, "hw/9pfs: an old fix"]
+    stamp.write_text(json.dumps({"version": "11.0.3", "origin": f"git:{repo}@{head}", "history": ["kept"]}))
+    assert build.history_of(fake) == {"kept"}  # read from the stamp, not the repository
+
+
+def test_a_binary_the_harness_did_not_build_goes_by_its_number(tmp_path: Path) -> None:
+    fake, _ = _counting_fake(tmp_path, "11.0.3")
+    version = provision.probe(fake).version
+    assert version.history == frozenset() and not versions.has(version, versions.UNPLUG_DRAIN)
+    (tmp_path / "build.json").write_text("not json")
+    assert provision.probe(fake).version.history == frozenset()
+
+
+def test_a_debian_source_package_s_patches_are_its_history(tmp_path: Path) -> None:
+    """``dpkg-source -x`` applies debian/patches/series: their subjects (``[PATCH n/m]`` tags off,
+    a folded header joined) are the build's history, beside its upstream release number."""
+    patches = tmp_path / "src" / "debian" / "patches"
+    patches.mkdir(parents=True)
+    (patches / "series").write_text("backport.patch\n# a comment\nplain.diff -p1\nmissing.patch\n")
+    (patches / "backport.patch").write_text(
+        "From 1234 Mon Sep 17 00:00:00 2001\nFrom: A <a@b>\nSubject: [PATCH 2/3] hw/9pfs/virtio: drain in-flight PDUs\n"
+        " before virtio-9p unrealize\n\nbody\nSubject: not this\n"
+    )
+    (patches / "plain.diff").write_text("--- a/x\n+++ b/x\n")
+    assert build.source_history("debian:trixie", tmp_path / "src") == [
+        "hw/9pfs/virtio: drain in-flight PDUs before virtio-9p unrealize"
+    ]
+    assert build.source_history("source:/nowhere.tar.xz", None) == []

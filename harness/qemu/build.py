@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -185,6 +186,76 @@ def _git(tree: Path, *args: str) -> str:
     return done.stdout
 
 
+# -- what a build's source holds -------------------------------------------------------------------
+
+#: The paths whose commits make a build's history (every change versions.py names touches them).
+HISTORY_PATHS = ("hw/9pfs", "fsdev")
+
+
+def source_history(origin: str, tree: Path | None) -> list[str]:
+    """The subject lines of the 9pfs commits ``origin``'s source holds (``tree``: its unpacked
+    source, where the harness kept one): a git commit's history (``git:``, or a ``source:`` tree
+    that is a git checkout, its HEAD), and the patches a Debian source package applies
+    (``debian/patches/series``). Empty where neither can be read: its version number then says
+    what it has (harness/qemu/versions.py)."""
+    found: list[str] = []
+    if origin.startswith("git:"):
+        repo, commit = origin.removeprefix("git:").rsplit("@", 1)
+        found += _subjects(Path(repo), commit)
+    elif tree is not None and (tree / ".git").exists():
+        found += _subjects(tree, "HEAD")
+    series = tree / "debian" / "patches" / "series" if tree is not None else None
+    if series is not None and series.is_file():
+        for line in series.read_text(errors="replace").splitlines():
+            name = line.split("#", 1)[0].split()
+            if name and (patch := series.parent / name[0]).is_file():
+                found += _patch_subject(patch.read_text(errors="replace"))
+    return found
+
+
+def _subjects(repo: Path, commit: str) -> list[str]:
+    done = subprocess.run(
+        ["git", "-C", str(repo), "log", "--format=%s", commit, "--", *HISTORY_PATHS],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return done.stdout.splitlines() if done.returncode == 0 else []
+
+
+def _patch_subject(text: str) -> list[str]:
+    """A ``git format-patch`` file's subject, without its ``[PATCH ...]`` tag (a folded header
+    joined); none for a patch without one."""
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        if line.startswith("Subject:"):
+            folded = [line.removeprefix("Subject:")]
+            folded += [more for more in itertools.takewhile(lambda x: x[:1] in (" ", "\t"), lines[index + 1 :])]
+            return [re.sub(r"^\s*(\[[^]]*\]\s*)*", "", " ".join(part.strip() for part in folded))]
+        if not line.strip():
+            break  # the headers end at the first empty line
+    return []
+
+
+def history_of(binary: Path) -> frozenset[str]:
+    """What :func:`source_history` read of the build beside ``binary`` (its ``build.json``): empty
+    for a binary the harness did not build. A stamp from before histories were kept is read now
+    from what cannot have moved since (a git commit, the source kept beside the binary; not a
+    user's tree), and kept."""
+    stamp = binary.parent / STAMP
+    try:
+        data = json.loads(stamp.read_text())
+        origin = data["origin"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return frozenset()
+    if "history" not in data:
+        kept = binary.parent / "src"
+        data["history"] = source_history(origin, kept if kept.is_dir() else None)
+        with contextlib.suppress(OSError):
+            with tempfile.NamedTemporaryFile("w", dir=stamp.parent, suffix=".tmp", delete=False) as out:
+                out.write(json.dumps(data, indent=2) + "\n")
+            os.replace(out.name, stamp)  # atomic: another process reads the old stamp or this one
+    return frozenset(data["history"])
+
+
 # -- building --------------------------------------------------------------------------------------
 
 
@@ -309,7 +380,7 @@ def _build_fresh(origin: str, root: Path, with_qos_test: bool, variant: str) -> 
         seconds = round(time.monotonic() - start, 1)
         stamp = {
             "version": version, "origin": origin, "key": key, "variant": variant, "seconds": seconds, "tcg": tcg,
-            "configure": flags,
+            "configure": flags, "history": source_history(origin, tree),
         }  # fmt: skip
         (work / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
         final = work if variant else root / f"qemu-{version}-{label(origin, key)}"

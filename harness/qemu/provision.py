@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Literal
 
 from harness.errors import ProvisionError
 from harness.qemu import build as qemu_build
+from harness.qemu import versions
 from harness.qemu.build import DEFAULT_ORIGIN
 
 if TYPE_CHECKING:  # imported where used: the xdist controller prints the header with this module
@@ -93,7 +94,8 @@ class Probe:
     """What a binary can do, found by running it."""
 
     binary: str
-    version: str
+    #: its number, with what the harness knows of its source
+    version: versions.Version
     qtest_accel: bool
     qtest_option: bool
     virtio_9p_pci: bool
@@ -175,7 +177,7 @@ def probe(binary: Path) -> Probe:
         max_xattr = _run([*base, "-accel", "tcg", *fsdev], "quit\n").returncode == 0
     return Probe(
         binary=str(binary),
-        version=match.group(1).rstrip(","),
+        version=versions.Version(match.group(1).rstrip(","), qemu_build.history_of(binary)),
         qtest_accel=qtest_accel,
         qtest_option=done["option"].returncode == 0 or qtest_accel,
         virtio_9p_pci='"virtio-9p-pci"' in done["devices"].stdout,
@@ -199,7 +201,10 @@ def probe_cached(binary: Path, root: Path | None = None) -> Probe:
     with contextlib.suppress(OSError, ValueError, TypeError):
         kept = json.loads(path.read_text())
         if kept["format"] == PROBE_FORMAT and kept["identity"] == identity:
-            return Probe(**kept["probe"])
+            answers = kept["probe"] | {
+                "version": versions.Version(kept["probe"]["version"], qemu_build.history_of(binary))
+            }
+            return Probe(**answers)
     found = probe(binary)
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
