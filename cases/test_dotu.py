@@ -265,7 +265,7 @@ def test_wstat_of_nothing_is_fsync(place: Place, dialect: str, opened: str) -> N
 
 
 @pytest.mark.qemu_bug(
-    fixed_in=versions.WSTAT_NAME_CHECK,
+    fixed_in=versions.WSTAT_SLASH_CHECK,
     reason="v9fs_wstat() passes a new name containing '/' to v9fs_complete_rename() unchecked; "
     "an assertion in the path code aborts QEMU (fixed by 7f5445e7e4: ENOENT)",
     raises=QEMUExited,

@@ -54,14 +54,14 @@ def check(mirror: Mirror, row: NameOp, boundary: str) -> None:
     when={"op": "dotu/wstat", "boundary": "empty"},
 )
 @pytest.mark.qemu_bug(
-    fixed_in=versions.WSTAT_NAME_CHECK,
+    fixed_in=versions.WSTAT_DOT_CHECK,
     reason="v9fs_wstat() renames to '.' or '..' unchecked: rename(2) onto the directory answers ENOTEMPTY, "
-    "where every other rename says EISDIR (fixed by 08750e31fc, backported with 7f5445e7e4)",
+    "where every other rename says EISDIR (fixed by 08750e31fc)",
     raises=UnexpectedReply,
     when={"op": "dotu/wstat", "boundary": ("dot", "dotdot")},
 )
 @pytest.mark.qemu_bug(
-    fixed_in=versions.WSTAT_NAME_CHECK,
+    fixed_in=versions.WSTAT_SLASH_CHECK,
     reason="v9fs_wstat() passes a new name containing '/' to v9fs_complete_rename() unchecked; an assertion in "
     "the path code aborts QEMU (fixed by 7f5445e7e4: ENOENT)",
     raises=QEMUExited,

@@ -325,8 +325,8 @@ def _commit(repo: Path, path: str, subject: str) -> str:
 
 def test_a_git_build_knows_the_9pfs_commits_its_source_holds(tmp_path: Path) -> None:
     """A build from a commit (``qemu build --git``) reads its 9pfs commits' subjects, and the probe's
-    version carries them: a fix backported past the build's release number is had. A stamp from
-    before histories were kept is read once and keeps what it read."""
+    version carries them, from the probe cache too: a fix backported past the build's release
+    number is had. A stamp from before histories were kept is read once and keeps what it read."""
     repo = tmp_path / "qemu"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     _commit(repo, "hw/9pfs/9p.c", "hw/9pfs: an old fix")
@@ -336,13 +336,33 @@ def test_a_git_build_knows_the_9pfs_commits_its_source_holds(tmp_path: Path) -> 
     fake, _ = _counting_fake(tmp_path / "bin", "11.0.3")
     stamp = fake.parent / build.STAMP
     stamp.write_text(json.dumps({"version": "11.0.3", "origin": f"git:{repo}@{head}"}))
-    version = provision.probe(fake).version
-    assert version == "11.0.3" and versions.has(version, versions.UNPLUG_DRAIN)
-    assert version.history == {"hw/9pfs: an old fix", *versions.UNPLUG_DRAIN.subjects}
-    assert versions.beyond_number(version) == ["UNPLUG_DRAIN"]
-    assert json.loads(stamp.read_text())["history"] == [*versions.UNPLUG_DRAIN.subjects, "hw/9pfs: an old fix"]
+    for version in (provision.probe_cached(fake, tmp_path / "cache"), provision.probe_cached(fake, tmp_path / "cache")):
+        assert version.version == "11.0.3" and versions.has(version.version, versions.UNPLUG_DRAIN)
+        assert version.version.history == {"hw/9pfs: an old fix", *versions.UNPLUG_DRAIN.subjects}
+        assert list(versions.beyond_number(version.version)) == ["UNPLUG_DRAIN"]
+    assert json.loads(stamp.read_text())["history"] == ["hw/9pfs: an old fix", *versions.UNPLUG_DRAIN.subjects]
     stamp.write_text(json.dumps({"version": "11.0.3", "origin": f"git:{repo}@{head}", "history": ["kept"]}))
     assert build.history_of(fake) == {"kept"}  # read from the stamp, not the repository
+
+
+def test_a_reverted_commit_is_not_held(tmp_path: Path) -> None:
+    repo = tmp_path / "qemu"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    drain = versions.UNPLUG_DRAIN.subjects[0]
+    _commit(repo, "hw/9pfs/a.c", drain)
+    head = _commit(repo, "hw/9pfs/a.c", f'Revert "{drain}"')
+    assert build.source_history(f"git:{repo}@{head}", None) == []
+    again = _commit(repo, "hw/9pfs/a.c", f'Reapply "{drain}"')
+    assert build.source_history(f"git:{repo}@{again}", None) == [drain]
+
+
+def test_a_history_that_cannot_be_read_is_not_kept(tmp_path: Path) -> None:
+    """A git build whose repository is gone goes by its number, and its stamp is left to be read
+    again (a history recorded as empty would stand for good)."""
+    fake, _ = _counting_fake(tmp_path, "11.0.3")
+    stamp = tmp_path / build.STAMP
+    stamp.write_text(json.dumps({"version": "11.0.3", "origin": f"git:{tmp_path / 'gone'}@{'0' * 40}"}))
+    assert build.history_of(fake) == frozenset() and "history" not in json.loads(stamp.read_text())
 
 
 def test_a_binary_the_harness_did_not_build_goes_by_its_number(tmp_path: Path) -> None:
@@ -353,18 +373,25 @@ def test_a_binary_the_harness_did_not_build_goes_by_its_number(tmp_path: Path) -
     assert provision.probe(fake).version.history == frozenset()
 
 
-def test_a_debian_source_package_s_patches_are_its_history(tmp_path: Path) -> None:
-    """``dpkg-source -x`` applies debian/patches/series: their subjects (``[PATCH n/m]`` tags off,
-    a folded header joined) are the build's history, beside its upstream release number."""
-    patches = tmp_path / "src" / "debian" / "patches"
+def test_a_debian_source_package_s_applied_patches_are_its_history(tmp_path: Path) -> None:
+    """``dpkg-source -x`` applies debian/patches through quilt, which lists them in
+    .pc/applied-patches: their subjects (``[PATCH n/m]`` tags off, a folded header joined) are the
+    build's history, beside its upstream release number. A ``series`` alone (a packaging checkout
+    with its patches unapplied) is none."""
+    tree = tmp_path / "src"
+    patches = tree / "debian" / "patches"
     patches.mkdir(parents=True)
-    (patches / "series").write_text("backport.patch\n# a comment\nplain.diff -p1\nmissing.patch\n")
+    (patches / "series").write_text("backport.patch\nplain.diff\n")
     (patches / "backport.patch").write_text(
         "From 1234 Mon Sep 17 00:00:00 2001\nFrom: A <a@b>\nSubject: [PATCH 2/3] hw/9pfs/virtio: drain in-flight PDUs\n"
         " before virtio-9p unrealize\n\nbody\nSubject: not this\n"
     )
     (patches / "plain.diff").write_text("--- a/x\n+++ b/x\n")
-    assert build.source_history("debian:trixie", tmp_path / "src") == [
+    assert build.source_history("debian:trixie", tree) == []
+    (tree / ".pc").mkdir()
+    (tree / ".pc" / ".quilt_patches").write_text("debian/patches\n")
+    (tree / ".pc" / "applied-patches").write_text("backport.patch\nplain.diff\nmissing.patch\n")
+    assert build.source_history("debian:trixie", tree) == [
         "hw/9pfs/virtio: drain in-flight PDUs before virtio-9p unrealize"
     ]
     assert build.source_history("source:/nowhere.tar.xz", None) == []

@@ -93,8 +93,8 @@ def test_a_history_only_adds() -> None:
 
 def test_the_changes_a_source_holds_beyond_its_number_are_named() -> None:
     staging = versions.Version("11.0.3", [*versions.UNPLUG_DRAIN.subjects, *versions.MAX_XATTR.subjects])
-    assert versions.beyond_number(staging) == ["UNPLUG_DRAIN"]  # MAX_XATTR: 11.0.3 has it by number
-    assert versions.beyond_number("11.0.3") == []
+    assert list(versions.beyond_number(staging)) == ["UNPLUG_DRAIN"]  # MAX_XATTR: 11.0.3 has it by number
+    assert versions.beyond_number("11.0.3") == {}
 
 
 def test_a_known_bug_follows_the_source() -> None:
@@ -108,7 +108,9 @@ def test_a_known_bug_follows_the_source() -> None:
     wedge = marker(introduced_in=versions.UNPLUG_DRAIN, fixed_in=())
     bypass = marker(fixed_in=versions.READONLY_DOTU_OPEN)
     staging = versions.Version("11.0.3", [*versions.UNPLUG_DRAIN.subjects, *versions.READONLY_DOTU_OPEN.subjects])
-    assert known_bug([wedge], {}, "11.0.3") is None and known_bug([wedge], {}, staging) is not None
+    assert known_bug([wedge], {}, "11.0.3") is None
+    held = known_bug([wedge], {}, staging)
+    assert held is not None and "since 10.0.13, 11.0.4, 11.1.0 (its source holds those commits)" in held.reason
     assert known_bug([bypass], {}, "11.0.3") is not None and known_bug([bypass], {}, staging) is None
 
 
@@ -147,3 +149,15 @@ def test_the_releases_and_the_commits_of_every_change_agree_on_every_release_sin
             if by_number != by_history:
                 wrong.append(f"{name} on {tag}: by its releases {by_number}, by its commits {by_history}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_run_s_header_says_how_it_knows_what_qemu_has() -> None:
+    from fixtures.plugin import _what_it_has
+
+    assert _what_it_has(versions.Version("10.0.13")).endswith(
+        "by its version number (the harness knows nothing of its source)"
+    )
+    staging = _what_it_has(versions.Version("11.0.3", [*versions.UNPLUG_DRAIN.subjects, "hw/9pfs: another"]))
+    assert "by its version number and the 2 9pfs commits of its source" in staging
+    assert staging.endswith(f"beyond its number it holds UNPLUG_DRAIN ({versions.UNPLUG_DRAIN.subjects[0]})")
+    assert "beyond" not in _what_it_has(versions.Version("11.1.0", versions.UNPLUG_DRAIN.subjects))

@@ -192,33 +192,48 @@ def _git(tree: Path, *args: str) -> str:
 HISTORY_PATHS = ("hw/9pfs", "fsdev")
 
 
-def source_history(origin: str, tree: Path | None) -> list[str]:
-    """The subject lines of the 9pfs commits ``origin``'s source holds (``tree``: its unpacked
-    source, where the harness kept one): a git commit's history (``git:``, or a ``source:`` tree
-    that is a git checkout, its HEAD), and the patches a Debian source package applies
-    (``debian/patches/series``). Empty where neither can be read: its version number then says
-    what it has (harness/qemu/versions.py)."""
-    found: list[str] = []
+def source_history(origin: str, tree: Path | None) -> list[str] | None:
+    """The subject lines of the 9pfs commits ``origin``'s source holds, oldest first (``tree``: its
+    unpacked source, where the harness has one): a git commit's history (``git:``, or a ``source:``
+    tree that is a git checkout, its HEAD) and the patches quilt applied to it (a Debian source
+    package: ``.pc/applied-patches``; a ``series`` alone is not proof that they were). A commit a
+    later ``Revert "…"`` undid is not held (a ``Reapply "…"`` holds it again). Empty where neither
+    exists: its version number then says what it has (harness/qemu/versions.py); None where a git
+    history should be there and could not be read."""
+    ordered: list[str] = []
     if origin.startswith("git:"):
         repo, commit = origin.removeprefix("git:").rsplit("@", 1)
-        found += _subjects(Path(repo), commit)
+        read = _subjects(Path(repo), commit)
+        if read is None:
+            return None
+        ordered += read
     elif tree is not None and (tree / ".git").exists():
-        found += _subjects(tree, "HEAD")
-    series = tree / "debian" / "patches" / "series" if tree is not None else None
-    if series is not None and series.is_file():
-        for line in series.read_text(errors="replace").splitlines():
-            name = line.split("#", 1)[0].split()
-            if name and (patch := series.parent / name[0]).is_file():
-                found += _patch_subject(patch.read_text(errors="replace"))
-    return found
+        read = _subjects(tree, "HEAD")
+        if read is None:
+            return None
+        ordered += read
+    applied = tree / ".pc" / "applied-patches" if tree is not None else None
+    if tree is not None and applied is not None and applied.is_file():
+        where = tree / ((tree / ".pc" / ".quilt_patches").read_text().strip() or "debian/patches")
+        for name in applied.read_text(errors="replace").split():
+            if (where / name).is_file():
+                ordered += _patch_subject((where / name).read_text(errors="replace"))
+    held: dict[str, None] = {}  # (a dict: ordered, each subject once)
+    for subject in ordered:
+        undone = re.fullmatch(r'Revert "(.*)"', subject)
+        if undone:
+            held.pop(undone.group(1), None)
+        else:
+            held[re.sub(r'^Reapply "(.*)"$', r"\1", subject)] = None
+    return list(held)
 
 
-def _subjects(repo: Path, commit: str) -> list[str]:
+def _subjects(repo: Path, commit: str) -> list[str] | None:
     done = subprocess.run(
-        ["git", "-C", str(repo), "log", "--format=%s", commit, "--", *HISTORY_PATHS],
+        ["git", "-C", str(repo), "log", "--reverse", "--format=%s", commit, "--", *HISTORY_PATHS],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
-    return done.stdout.splitlines() if done.returncode == 0 else []
+    return done.stdout.splitlines() if done.returncode == 0 else None
 
 
 def _patch_subject(text: str) -> list[str]:
@@ -239,16 +254,20 @@ def history_of(binary: Path) -> frozenset[str]:
     """What :func:`source_history` read of the build beside ``binary`` (its ``build.json``): empty
     for a binary the harness did not build. A stamp from before histories were kept is read now
     from what cannot have moved since (a git commit, the source kept beside the binary; not a
-    user's tree), and kept."""
+    user's tree), and kept; one whose git history cannot be read now is not kept, and is empty
+    (its number alone then says what it has)."""
     stamp = binary.parent / STAMP
     try:
         data = json.loads(stamp.read_text())
         origin = data["origin"]
     except (OSError, ValueError, KeyError, TypeError):
         return frozenset()
-    if "history" not in data:
+    if data.get("history") is None:
         kept = binary.parent / "src"
-        data["history"] = source_history(origin, kept if kept.is_dir() else None)
+        read = source_history(origin, kept if kept.is_dir() else None)
+        if read is None:
+            return frozenset()
+        data["history"] = read
         with contextlib.suppress(OSError):
             with tempfile.NamedTemporaryFile("w", dir=stamp.parent, suffix=".tmp", delete=False) as out:
                 out.write(json.dumps(data, indent=2) + "\n")
@@ -344,6 +363,7 @@ def _build_fresh(origin: str, root: Path, with_qos_test: bool, variant: str) -> 
     try:
         ensure_packages(log, origin)
         tree = _unpack(origin, work, log, root)
+        history = source_history(origin, tree)  # before the build: a user's tree may move meanwhile
         version = (tree / "VERSION").read_text().strip()
         with_qos_test = with_qos_test and versions.parse(version) >= QOS_TEST_FLOOR
         build_dir = work / "build"
@@ -380,7 +400,7 @@ def _build_fresh(origin: str, root: Path, with_qos_test: bool, variant: str) -> 
         seconds = round(time.monotonic() - start, 1)
         stamp = {
             "version": version, "origin": origin, "key": key, "variant": variant, "seconds": seconds, "tcg": tcg,
-            "configure": flags, "history": source_history(origin, tree),
+            "configure": flags, "history": history,
         }  # fmt: skip
         (work / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
         final = work if variant else root / f"qemu-{version}-{label(origin, key)}"

@@ -36,7 +36,9 @@ class Change(tuple[str, ...]):
 
 class Version(str):
     """A QEMU version as ``--version`` prints it (``11.0.3``), with the subject lines of the 9pfs
-    commits its build's source holds (``history``; empty where the harness does not know its source)."""
+    commits its build's source holds (``history``; empty where the harness does not know its source).
+    It compares and hashes as its number, and a string made from it is a plain one: one process
+    tests one QEMU, and a report carries the number only."""
 
     history: frozenset[str]
 
@@ -96,13 +98,13 @@ READDIR_CAP = Change(
     "hw/9pfs: cap Treaddir allocation (CVE-2026-9238)",
     "9pfs/virtio: implement response_buffer_size callback",
 )
-#: Twstat rename with a '/' in the new name is refused, not an assert (7f5445e7e4), and '.' or '..'
-#: with EISDIR as Trename and Trenameat do (08750e31fc): every stable branch took the two together
-WSTAT_NAME_CHECK = Change(
-    ("10.0.11", "10.2.4", "11.0.2", "11.1.0"),
-    "hw/9pfs: fix abort due to illegal name with Twstat rename",
-    "hw/9pfs: reject . and .. in Twstat rename",
+#: Twstat rename with a '/' in the new name is refused with ENOENT, not an assert: 7f5445e7e4
+WSTAT_SLASH_CHECK = Change(
+    ("10.0.11", "10.2.4", "11.0.2", "11.1.0"), "hw/9pfs: fix abort due to illegal name with Twstat rename"
 )
+#: Twstat rename to '.' or '..' is refused with EISDIR, as Trename and Trenameat do: 08750e31fc
+#: (every stable branch took it together with 7f5445e7e4; a backport may not)
+WSTAT_DOT_CHECK = Change(("10.0.11", "10.2.4", "11.0.2", "11.1.0"), "hw/9pfs: reject . and .. in Twstat rename")
 #: Tgetattr on an fid with an open handle stats its fd, so it works after the name is unlinked
 #: (GitLab #103; QEMU's local/use_after_unlink came with it): c81e7219e0
 GETATTR_OPEN_FID = Change(("7.2.16", "8.2.9", "9.1.3", "9.2.0"), "9pfs: fix 'Tgetattr' after unlink")
@@ -160,11 +162,15 @@ def in_history(version: str, releases: Sequence[str]) -> bool:
     return bool(subjects) and getattr(version, "history", frozenset()).issuperset(subjects)
 
 
-def beyond_number(version: str) -> list[str]:
-    """The changes of this module that ``version``'s source holds and its number does not give it,
-    by name (a stable branch between releases, a backport)."""
-    return [name for name, change in CHANGES.items()
-            if in_history(version, change) and not has(str(version), change)]  # fmt: skip
+def by_history(version: str, releases: Sequence[str]) -> bool:
+    """Whether ``version`` has the change ``releases`` by its source alone (its number does not
+    give it: a stable branch between releases, a backport)."""
+    return in_history(version, releases) and not has(str(version), releases)
+
+
+def beyond_number(version: str) -> dict[str, Change]:
+    """The changes of this module that ``version`` has :func:`by_history`, by name."""
+    return {name: change for name, change in CHANGES.items() if by_history(version, change)}
 
 
 def has_bug(version: str, fixed_in: Sequence[str], introduced_in: Sequence[str] = ()) -> bool:
