@@ -161,3 +161,9 @@ def test_the_run_s_header_says_how_it_knows_what_qemu_has() -> None:
     assert "by its version number and the 2 9pfs commits of its source" in staging
     assert staging.endswith(f"beyond its number it holds UNPLUG_DRAIN ({versions.UNPLUG_DRAIN.subjects[0]})")
     assert "beyond" not in _what_it_has(versions.Version("11.1.0", versions.UNPLUG_DRAIN.subjects))
+
+
+def test_a_table_of_runs_tells_a_release_from_a_tree_past_it() -> None:
+    assert versions.label("11.0.3") == "11.0.3" and versions.label(versions.Version("11.1.0", ["x"])) == "11.1.0"
+    staging = versions.Version("11.0.3", [*versions.UNPLUG_DRAIN.subjects, *versions.READONLY_DOTU_OPEN.subjects])
+    assert versions.label(staging) == "11.0.3 (+READONLY_DOTU_OPEN, UNPLUG_DRAIN)"

@@ -173,6 +173,13 @@ def beyond_number(version: str) -> dict[str, Change]:
     return {name: change for name, change in CHANGES.items() if by_history(version, change)}
 
 
+def label(version: str) -> str:
+    """``version`` as a table of runs names it: its number, and the changes its source holds beyond
+    it (``11.0.3 (+UNPLUG_DRAIN)``), so that a release and a tree past it are told apart."""
+    beyond = beyond_number(version)
+    return f"{version} (+{', '.join(beyond)})" if beyond else str(version)
+
+
 def has_bug(version: str, fixed_in: Sequence[str], introduced_in: Sequence[str] = ()) -> bool:
     """Whether ``version`` has a known bug: it has what brought it (always, when ``introduced_in``
     is empty: the bug is as old as the code) and not its fix."""

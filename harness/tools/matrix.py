@@ -23,7 +23,7 @@ from typing import Any
 from tabulate import tabulate
 
 from harness.errors import ProvisionError
-from harness.qemu import build, provision
+from harness.qemu import build, provision, versions
 
 PROJECT = Path(__file__).resolve().parents[2]
 #: How much of each differing case's failure the summary shows per binary (all of it in pytest.txt).
@@ -69,16 +69,17 @@ def matrix(binaries: list[str], selection: list[str], root: Path | None = None, 
     if len(binaries) < 2:
         raise ProvisionError("matrix compares two or more QEMUs: give --qemu A --qemu B, or --builds")
     paths = [provision.find_qemu(binary)[0] for binary in binaries]
-    versions = [provision.probe_cached(path).version for path in paths]
+    # a release and a tree past it share a number: the label names what the tree holds beyond it
+    labels = [versions.label(provision.probe_cached(path).version) for path in paths]
     root = root or Path.cwd() / "v9p-matrix"
     if root.exists():
         print(f"replacing the earlier matrix in {root}")
         shutil.rmtree(root)
     runs = []
-    for n, (path, version) in enumerate(zip(paths, versions, strict=True)):
+    for n, (path, version) in enumerate(zip(paths, labels, strict=True)):
         print(f"[{n + 1}/{len(paths)}] QEMU {version} ({path}) ...", end=" ", flush=True)
         start = time.monotonic()
-        run = run_one(path, selection, root / f"{n}-{version}")
+        run = run_one(path, selection, root / f"{n}-{version.split()[0]}")
         counts: dict[str, int] = {}
         for outcome in run["cases"].values():
             counts[outcome] = counts.get(outcome, 0) + 1
@@ -98,7 +99,7 @@ def matrix(binaries: list[str], selection: list[str], root: Path | None = None, 
     rows.sort(key=lambda row: (not row[0], row[1]))
     headers = [
         "case",
-        *(f"{n}: {version} ({path})" for n, (path, version) in enumerate(zip(paths, versions, strict=True))),
+        *(f"{n}: {version} ({path})" for n, (path, version) in enumerate(zip(paths, labels, strict=True))),
     ]
     print(tabulate([(_short(row[1]), *row[2:]) for row in rows], headers=headers, tablefmt="github"))
     differing = [row[1] for row in rows if row[0]]
@@ -107,7 +108,7 @@ def matrix(binaries: list[str], selection: list[str], root: Path | None = None, 
             text = run.get("failures", {}).get(case)
             if text:
                 shown = "\n".join(f"    {line}" for line in text.splitlines()[-SHOWN_LINES:])
-                print(f"\n{_short(case)} on {n}: {versions[n]} failed:\n{shown}")
+                print(f"\n{_short(case)} on {n}: {labels[n]} failed:\n{shown}")
     print(f"\n{len(cases)} cases, {len(differing)} differ; each run's output and artefacts: {root}/<n>-<version>/")
     data = {"selection": selection, "runs": [{k: run[k] for k in ("version", "build", "built_in", "binary", "counts",
                                                                    "seconds", "cases")} for run in runs]}  # fmt: skip

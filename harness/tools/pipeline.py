@@ -33,7 +33,7 @@ import yaml
 from tabulate import tabulate
 
 from harness.errors import HarnessError, ProvisionError
-from harness.qemu import build, provision
+from harness.qemu import build, provision, versions
 from harness.tools.matrix import OUTCOMES
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -162,7 +162,7 @@ def run_cell(description: Description, cell: Cell, binary: Path, cells: Path) ->
         status = proc.wait()
     stamp = binary.parent / build.STAMP
     variant = json.loads(stamp.read_text()).get("variant", "") if stamp.exists() else "given"
-    record = {"qemu": cell.qemu, "family": cell.family, "rounds": cell.rounds, "version": probe.version,
+    record = {"qemu": cell.qemu, "family": cell.family, "rounds": cell.rounds, "version": versions.label(probe.version),
               "build": variant or "plain", "seconds": round(time.monotonic() - start, 1), "exit": status}  # fmt: skip
     (out / CELL_FILE).write_text(json.dumps(record, indent=1) + "\n")
     return status
