@@ -108,3 +108,16 @@ def test_a_hunt_split_by_seed_range_runs_the_rounds_of_one_long_run(share: float
     share of them a case takes (a range's ends are rounded, not its length)."""
     split = [seed for first in (0, chunk, 2 * chunk) for seed in _seeds(first, chunk, share)]
     assert split == _seeds(0, 3 * chunk, share) and len(set(split)) == len(split)
+
+
+def test_a_known_bug_is_named_alike_whatever_its_reason_says_of_the_versions() -> None:
+    """The merge job names a bug by its marker's reason, without what the harness put before it:
+    the versions, and a note that the build's source holds what brought the bug."""
+    from fixtures.known import known_bug
+    from harness.qemu import versions
+
+    mark = pytest.mark.qemu_bug(introduced_in=versions.UNPLUG_DRAIN, fixed_in=(), reason="unrealize wedges: x").mark
+    staging = versions.Version("11.0.3", versions.UNPLUG_DRAIN.subjects)
+    for version in (staging, "11.1.50"):
+        found = known_bug([mark], {}, version)
+        assert found is not None and pipeline.bugs_of(found.reason) == ["unrealize wedges"]

@@ -346,23 +346,41 @@ def test_a_git_build_knows_the_9pfs_commits_its_source_holds(tmp_path: Path) -> 
 
 
 def test_a_reverted_commit_is_not_held(tmp_path: Path) -> None:
+    """Held is what the last commit about a subject says: a revert undoes it, a revert of that
+    (``Reapply``, or older git's ``Revert "Revert ..."``) holds it again, and so on."""
     repo = tmp_path / "qemu"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     drain = versions.UNPLUG_DRAIN.subjects[0]
-    _commit(repo, "hw/9pfs/a.c", drain)
-    head = _commit(repo, "hw/9pfs/a.c", f'Revert "{drain}"')
-    assert build.source_history(f"git:{repo}@{head}", None) == []
-    again = _commit(repo, "hw/9pfs/a.c", f'Reapply "{drain}"')
-    assert build.source_history(f"git:{repo}@{again}", None) == [drain]
+    quoting = 'hw/9pfs: a subject "quoting" a word'
+    steps = [
+        (drain, [drain]),
+        (f'Revert "{drain}"', []),
+        (f'Reapply "{drain}"', [drain]),
+        (f'Revert "Reapply "{drain}""', []),
+        (f'Revert "Revert "Reapply "{drain}"""', [drain]),
+        (quoting, [drain, quoting]),
+    ]
+    for subject, held in steps:
+        head = _commit(repo, "hw/9pfs/a.c", subject)
+        assert build.source_history(f"git:{repo}@{head}", None) == held, subject
+    assert build._held(["X", 'Revert "X"', 'Revert "Revert "X""']) == ["X"]
 
 
 def test_a_history_that_cannot_be_read_is_not_kept(tmp_path: Path) -> None:
     """A git build whose repository is gone goes by its number, and its stamp is left to be read
-    again (a history recorded as empty would stand for good)."""
+    again (a history recorded as empty would stand for good): once the repository is back, it is
+    read and kept. A user's tree is not read after its build (it may have moved since)."""
     fake, _ = _counting_fake(tmp_path, "11.0.3")
-    stamp = tmp_path / build.STAMP
-    stamp.write_text(json.dumps({"version": "11.0.3", "origin": f"git:{tmp_path / 'gone'}@{'0' * 40}"}))
-    assert build.history_of(fake) == frozenset() and "history" not in json.loads(stamp.read_text())
+    stamp, repo = tmp_path / build.STAMP, tmp_path / "qemu"
+    stamp.write_text(json.dumps({"version": "11.0.3", "origin": f"git:{repo}@{'0' * 40}", "history": None}))
+    assert build.history_of(fake) == frozenset() and json.loads(stamp.read_text())["history"] is None
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    head = _commit(repo, "hw/9pfs/a.c", "hw/9pfs: back")
+    stamp.write_text(json.dumps({"version": "11.0.3", "origin": f"git:{repo}@{head}", "history": None}))
+    assert build.history_of(fake) == {"hw/9pfs: back"}
+    assert json.loads(stamp.read_text())["history"] == ["hw/9pfs: back"]
+    stamp.write_text(json.dumps({"version": "11.0.3", "origin": f"source:{repo}", "history": None}))
+    assert build.history_of(fake) == frozenset() and json.loads(stamp.read_text())["history"] is None
 
 
 def test_a_binary_the_harness_did_not_build_goes_by_its_number(tmp_path: Path) -> None:
@@ -394,4 +412,8 @@ def test_a_debian_source_package_s_applied_patches_are_its_history(tmp_path: Pat
     assert build.source_history("debian:trixie", tree) == [
         "hw/9pfs/virtio: drain in-flight PDUs before virtio-9p unrealize"
     ]
-    assert build.source_history("source:/nowhere.tar.xz", None) == []
+    (tree / ".pc" / ".quilt_patches").unlink()  # an older quilt's: its patches in debian/patches all the same
+    assert build.source_history("debian:trixie", tree) == [
+        "hw/9pfs/virtio: drain in-flight PDUs before virtio-9p unrealize"
+    ]
+    assert build.source_history("source:/nowhere.tar.xz", None) is None  # not at hand: unknown, not empty

@@ -196,41 +196,46 @@ def source_history(origin: str, tree: Path | None) -> list[str] | None:
     """The subject lines of the 9pfs commits ``origin``'s source holds, oldest first (``tree``: its
     unpacked source, where the harness has one): a git commit's history (``git:``, or a ``source:``
     tree that is a git checkout, its HEAD) and the patches quilt applied to it (a Debian source
-    package: ``.pc/applied-patches``; a ``series`` alone is not proof that they were). A commit a
-    later ``Revert "…"`` undid is not held (a ``Reapply "…"`` holds it again). Empty where neither
-    exists: its version number then says what it has (harness/qemu/versions.py); None where a git
-    history should be there and could not be read."""
+    package: ``.pc/applied-patches``, every patch, 9pfs or not; a ``series`` alone is not proof
+    that they were). A commit that a later revert undid is not held (:func:`_held`). Empty where
+    neither exists: its version number then says what it has (harness/qemu/versions.py); None
+    where a history should be there and cannot be read (a ``source:`` tree not at hand)."""
     ordered: list[str] = []
-    if origin.startswith("git:"):
-        repo, commit = origin.removeprefix("git:").rsplit("@", 1)
+    if origin.startswith("source:") and tree is None:
+        return None
+    if origin.startswith("git:") or (tree is not None and (tree / ".git").exists()):
+        repo, commit = origin.removeprefix("git:").rsplit("@", 1) if origin.startswith("git:") else (str(tree), "HEAD")
         read = _subjects(Path(repo), commit)
-        if read is None:
-            return None
-        ordered += read
-    elif tree is not None and (tree / ".git").exists():
-        read = _subjects(tree, "HEAD")
         if read is None:
             return None
         ordered += read
     applied = tree / ".pc" / "applied-patches" if tree is not None else None
     if tree is not None and applied is not None and applied.is_file():
-        where = tree / ((tree / ".pc" / ".quilt_patches").read_text().strip() or "debian/patches")
+        named = tree / ".pc" / ".quilt_patches"  # where quilt took them from (dpkg-source writes it)
+        where = tree / ((named.read_text().strip() if named.is_file() else "") or "debian/patches")
         for name in applied.read_text(errors="replace").split():
             if (where / name).is_file():
                 ordered += _patch_subject((where / name).read_text(errors="replace"))
-    held: dict[str, None] = {}  # (a dict: ordered, each subject once)
+    return _held(ordered)
+
+
+def _held(ordered: list[str]) -> list[str]:
+    """The subjects of ``ordered`` (oldest first) that the history still holds at its end. git
+    names a revert ``Revert "S"`` and a revert of that ``Reapply "S"`` (older git: ``Revert
+    "Revert "S""``): each ``Revert`` wrapper undoes once, each ``Reapply`` twice, so the last
+    commit about S holds it when its wrappers undo an even number of times."""
+    held: dict[str, bool] = {}  # (a dict: in history order)
     for subject in ordered:
-        undone = re.fullmatch(r'Revert "(.*)"', subject)
-        if undone:
-            held.pop(undone.group(1), None)
-        else:
-            held[re.sub(r'^Reapply "(.*)"$', r"\1", subject)] = None
-    return list(held)
+        undone = 0
+        while wrapped := re.fullmatch(r'(Revert|Reapply) "(.*)"', subject):
+            undone, subject = undone + (1 if wrapped.group(1) == "Revert" else 2), wrapped.group(2)
+        held[subject] = undone % 2 == 0
+    return [subject for subject, holds in held.items() if holds]
 
 
 def _subjects(repo: Path, commit: str) -> list[str] | None:
-    done = subprocess.run(
-        ["git", "-C", str(repo), "log", "--reverse", "--format=%s", commit, "--", *HISTORY_PATHS],
+    done = subprocess.run(  # --topo-order: a revert after what it reverts, whatever the commit dates say
+        ["git", "-C", str(repo), "log", "--reverse", "--topo-order", "--format=%s", commit, "--", *HISTORY_PATHS],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     return done.stdout.splitlines() if done.returncode == 0 else None
