@@ -188,9 +188,12 @@ def by_function(costs: dict[str, dict[str, float | None]]) -> list[dict[str, Any
     return [{"function": name, **row} for name, row in sorted(found.items(), key=lambda kv: -kv[1]["harness_cpu_s"])]
 
 
-#: the empty cases of the floor's pytest runs (``--quick``: a tenth), each size run FLOOR_ROUNDS
-#: times (``--quick``: once): the difference between the two sizes' cheapest runs is what the cases cost
+#: the empty cases of the floor's pytest runs, each size run FLOOR_ROUNDS times (``--quick``: once,
+#: on FLOOR_CASES_QUICK): the difference between the two sizes' cheapest runs is what the cases cost
 FLOOR_CASES = (100, 1000)
+#: ``--quick``'s sizes: apart enough that one run of each tells their cost from a pytest start's own
+#: swing (10 and 100 once measured the same CPU time, a floor of 0 per case, beside a busy worker)
+FLOOR_CASES_QUICK = (10, 500)
 #: the bare requests of the floor: each a request QEMU answers from what it holds (the export's
 #: root, a fid the session never made), ``FLOOR_REQUESTS`` (``--quick``: a tenth) of each per round
 FLOOR_KINDS: tuple[Request, ...] = (Tgetattr(fid=0, request_mask=wire.GETATTR_BASIC), Tstatfs(fid=0), Tclunk(fid=4242))
@@ -205,7 +208,7 @@ def floor(binary: Path, quick: bool) -> dict[str, Any]:
     that every request keeps; no check; its wait, with the polls and the reply's copy, left out, as
     a wait that blocks could cost nothing), the cheapest of :data:`FLOOR_KINDS`, rounds
     interleaved. Each figure is the least of its rounds: a lower bound, on a quiet machine."""
-    sizes = tuple(size // 10 for size in FLOOR_CASES) if quick else FLOOR_CASES
+    sizes = FLOOR_CASES_QUICK if quick else FLOOR_CASES
     rounds = 1 if quick else FLOOR_ROUNDS  # (the quick mode is a self-test's, run beside others: light)
     with tempfile.TemporaryDirectory(prefix="v9p-floor-") as where:
         Path(where, "pytest.ini").write_text("[pytest]\n")  # (not the project's configuration)
