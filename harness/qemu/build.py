@@ -209,8 +209,7 @@ def source_history(origin: str, tree: Path | None) -> list[str] | None:
         if read is None:
             return None
         ordered += read
-    applied = tree / ".pc" / "applied-patches" if tree is not None else None
-    if tree is not None and applied is not None and applied.is_file():
+    if tree is not None and (applied := tree / ".pc" / "applied-patches").is_file():
         named = tree / ".pc" / ".quilt_patches"  # where quilt took them from (dpkg-source writes it)
         where = tree / ((named.read_text().strip() if named.is_file() else "") or "debian/patches")
         for name in applied.read_text(errors="replace").split():

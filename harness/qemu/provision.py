@@ -177,12 +177,18 @@ def probe(binary: Path) -> Probe:
         max_xattr = _run([*base, "-accel", "tcg", *fsdev], "quit\n").returncode == 0
     return Probe(
         binary=str(binary),
-        version=versions.Version(match.group(1).rstrip(","), qemu_build.history_of(binary)),
+        version=_version(match.group(1).rstrip(","), binary),
         qtest_accel=qtest_accel,
         qtest_option=done["option"].returncode == 0 or qtest_accel,
         virtio_9p_pci='"virtio-9p-pci"' in done["devices"].stdout,
         max_xattr=max_xattr,
     )
+
+
+def _version(number: str, binary: Path) -> versions.Version:
+    """``binary``'s version number with what the harness knows of its source (read anew by every
+    process, cached answers too: not part of the probe cache, which does not see a stamp change)."""
+    return versions.Version(number, qemu_build.history_of(binary))
 
 
 def probe_cached(binary: Path, root: Path | None = None) -> Probe:
@@ -201,10 +207,7 @@ def probe_cached(binary: Path, root: Path | None = None) -> Probe:
     with contextlib.suppress(OSError, ValueError, TypeError):
         kept = json.loads(path.read_text())
         if kept["format"] == PROBE_FORMAT and kept["identity"] == identity:
-            answers = kept["probe"] | {
-                "version": versions.Version(kept["probe"]["version"], qemu_build.history_of(binary))
-            }
-            return Probe(**answers)
+            return Probe(**(kept["probe"] | {"version": _version(kept["probe"]["version"], binary)}))
     found = probe(binary)
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)

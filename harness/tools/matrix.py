@@ -69,17 +69,18 @@ def matrix(binaries: list[str], selection: list[str], root: Path | None = None, 
     if len(binaries) < 2:
         raise ProvisionError("matrix compares two or more QEMUs: give --qemu A --qemu B, or --builds")
     paths = [provision.find_qemu(binary)[0] for binary in binaries]
+    numbers = [provision.probe_cached(path).version for path in paths]
     # a release and a tree past it share a number: the label names what the tree holds beyond it
-    labels = [versions.label(provision.probe_cached(path).version) for path in paths]
+    labels = [versions.label(number) for number in numbers]
     root = root or Path.cwd() / "v9p-matrix"
     if root.exists():
         print(f"replacing the earlier matrix in {root}")
         shutil.rmtree(root)
     runs = []
-    for n, (path, version) in enumerate(zip(paths, labels, strict=True)):
+    for n, (path, number, version) in enumerate(zip(paths, numbers, labels, strict=True)):
         print(f"[{n + 1}/{len(paths)}] QEMU {version} ({path}) ...", end=" ", flush=True)
         start = time.monotonic()
-        run = run_one(path, selection, root / f"{n}-{version.split()[0]}")
+        run = run_one(path, selection, root / f"{n}-{number}")
         counts: dict[str, int] = {}
         for outcome in run["cases"].values():
             counts[outcome] = counts.get(outcome, 0) + 1
