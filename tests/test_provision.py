@@ -213,10 +213,10 @@ def test_a_tsan_build_gets_qemus_suppressions(tmp_path: Path) -> None:
     assert f"suppressions={tmp_path / 'suppressions.tsan'}" in options and "exitcode=0" in options
 
 
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                        "GIT_COMMITTER_EMAIL": "t@t"})  # fmt: skip
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}).stdout  # fmt: skip
 
 
 def test_a_commit_of_an_old_tree_gets_what_git_archive_leaves_out(tmp_path: Path) -> None:
@@ -317,10 +317,9 @@ def test_a_plain_build_without_tcg_is_built_again(tmp_path: Path) -> None:
 def _commit(repo: Path, path: str, subject: str) -> str:
     (repo / path).parent.mkdir(parents=True, exist_ok=True)
     (repo / path).write_text(subject)
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", subject], check=True)
-    return subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", subject)
+    return _git(repo, "rev-parse", "HEAD").strip()
 
 
 def test_a_git_build_knows_the_9pfs_commits_its_source_holds(tmp_path: Path) -> None:
@@ -328,7 +327,7 @@ def test_a_git_build_knows_the_9pfs_commits_its_source_holds(tmp_path: Path) -> 
     version carries them, from the probe cache too: a fix backported past the build's release
     number is had. A stamp from before histories were kept is read once and keeps what it read."""
     repo = tmp_path / "qemu"
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    _git(tmp_path, "init", "-q", str(repo))
     _commit(repo, "hw/9pfs/9p.c", "hw/9pfs: an old fix")
     _commit(repo, "hw/9pfs/virtio-9p-device.c", versions.UNPLUG_DRAIN.subjects[0])
     head = _commit(repo, "block/other.c", "block: a commit of another subsystem")
@@ -349,7 +348,7 @@ def test_a_reverted_commit_is_not_held(tmp_path: Path) -> None:
     """Held is what the last commit about a subject says: a revert undoes it, a revert of that
     (``Reapply``, or older git's ``Revert "Revert ..."``) holds it again, and so on."""
     repo = tmp_path / "qemu"
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    _git(tmp_path, "init", "-q", str(repo))
     drain = versions.UNPLUG_DRAIN.subjects[0]
     quoting = 'hw/9pfs: a subject "quoting" a word'
     steps = [
@@ -374,7 +373,7 @@ def test_a_history_that_cannot_be_read_is_not_kept(tmp_path: Path) -> None:
     stamp, repo = tmp_path / build.STAMP, tmp_path / "qemu"
     stamp.write_text(json.dumps({"version": "11.0.3", "origin": f"git:{repo}@{'0' * 40}", "history": None}))
     assert build.history_of(fake) == frozenset() and json.loads(stamp.read_text())["history"] is None
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    _git(tmp_path, "init", "-q", str(repo))
     head = _commit(repo, "hw/9pfs/a.c", "hw/9pfs: back")
     stamp.write_text(json.dumps({"version": "11.0.3", "origin": f"git:{repo}@{head}", "history": None}))
     assert build.history_of(fake) == {"hw/9pfs: back"}
