@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ import pytest
 
 from fixtures.devices import QemuUnderTest
 from harness.errors import ProvisionError
-from harness.qemu import build, provision, versions
+from harness.qemu import build, git_tree, provision, versions
 
 PROJECT = Path(__file__).resolve().parent.parent
 #: Debian's qemu-system-x86 package: no qtest accelerator (`make test` installs it for these tests).
@@ -223,7 +224,6 @@ def test_a_commit_of_an_old_tree_gets_what_git_archive_leaves_out(tmp_path: Path
     """``qemu build --git``: an old tree's submodules come from the donor (a Debian source tree), and
     its keymap-gen calls are put in the order today's keymap-gen wants, with the keys its QKeyCode
     enum lacks left unmapped; a newer tree gets its subprojects and no wrapper."""
-    from harness.qemu import git_tree
 
     repo = tmp_path / "repo"
     (repo / "ui").mkdir(parents=True)
@@ -416,3 +416,59 @@ def test_a_debian_source_package_s_applied_patches_are_its_history(tmp_path: Pat
         "hw/9pfs/virtio: drain in-flight PDUs before virtio-9p unrealize"
     ]
     assert build.source_history("source:/nowhere.tar.xz", None) is None  # not at hand: unknown, not empty
+
+
+def test_a_checkout_without_its_subprojects_borrows_them_and_keeps_its_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``qemu build --source`` of a checkout never configured with the network (a fresh clone, a
+    fork's CI job): configure runs with --disable-download, so the subprojects it lacks are copied in
+    from a donor, fetched once where the cache has none (Debian's source package, faked here: apt is
+    the layer below), and kept as its subprojects alone. They are untracked, so the build's key stays
+    the same; a checkout that has them is left as it is."""
+    tree = tmp_path / "qemu"
+    (tree / "subprojects").mkdir(parents=True)
+    (tree / "configure").write_text("")
+    (tree / "VERSION").write_text("11.1.0\n")
+    for name in ("keycodemapdb", "berkeley-softfloat-3", "berkeley-testfloat-3"):
+        (tree / "subprojects" / f"{name}.wrap").write_text("[wrap-git]\n")
+    (tree / "subprojects" / ".gitignore").write_text("/keycodemapdb\n/berkeley-softfloat-3\n/berkeley-testfloat-3\n")
+    (tree / "ui" / "meson.build").parent.mkdir()
+    (tree / "ui" / "meson.build").write_text("command: [keymap_gen, 'code-map', '--lang', 'glib2', '@INPUT0@']\n")
+    _git(tmp_path, "init", "-q", str(tree))
+    _git(tree, "add", ".")
+    _git(tree, "commit", "-qm", "v11.1.0")
+    key = build.source_key(tree)
+    root = tmp_path / "cache"
+    root.mkdir()
+    fetched: list[str] = []
+
+    def debian_source(suite: str, work: Path, log: Path, *, patched: bool = True) -> Path:
+        fetched.append(f"{suite} patched={patched}")
+        for name in ("keycodemapdb", "berkeley-softfloat-3", "berkeley-testfloat-3", "dtc"):
+            (work / "src" / "subprojects" / name).mkdir(parents=True)
+            (work / "src" / "subprojects" / name / "README").write_text(name)
+        (work / "src" / "hw").mkdir()
+        return work / "src"
+
+    monkeypatch.setattr(build, "_debian_source", debian_source)
+    monkeypatch.setattr(build, "ensure_packages", lambda log, origin: fetched.append(origin))
+    work = tmp_path / "work"
+    work.mkdir()
+    assert build._unpack(f"source:{tree}", work, work / "log", root) == tree
+    assert fetched == ["debian:trixie", "trixie patched=False"]
+    assert (tree / "subprojects" / "berkeley-softfloat-3" / "README").read_text() == "berkeley-softfloat-3"
+    assert sorted(p.name for p in (root / "donor-debian-trixie" / "src" / "subprojects").iterdir()) == [
+        "berkeley-softfloat-3", "berkeley-testfloat-3", "keycodemapdb"
+    ]  # fmt: skip
+    assert [p.name for p in root.iterdir()] == ["donor-debian-trixie"]  # its work directory is gone
+    assert build.source_key(tree) == key and _git(tree, "status", "--porcelain") == ""
+
+    # the donor is fetched once; a tree that has what it wants is not touched
+    (tree / "subprojects" / "keycodemapdb" / "README").write_text("the user's own")
+    shutil.rmtree(tree / "subprojects" / "berkeley-testfloat-3")
+    build._unpack(f"source:{tree}", work, work / "log", root)
+    assert fetched == ["debian:trixie", "trixie patched=False"]
+    assert (tree / "subprojects" / "keycodemapdb" / "README").read_text() == "the user's own"
+    assert (tree / "subprojects" / "berkeley-testfloat-3" / "README").exists()
+    assert git_tree.lacking(tree) == []

@@ -484,7 +484,7 @@ def _unpack(origin: str, work: Path, log: Path, root: Path) -> Path:
     if origin.startswith("git:"):
         repo, commit = origin.removeprefix("git:").rsplit("@", 1)
         say(f"git archive {commit[:12]} of {repo}")
-        tree = git_tree.export(Path(repo), commit, work / "src", git_tree.donor(root), log)
+        tree = git_tree.export(Path(repo), commit, work / "src", _donor(root, log), log)
         _check_tree(tree)
         return tree
     path = Path(origin.removeprefix("source:"))
@@ -498,6 +498,13 @@ def _unpack(origin: str, work: Path, log: Path, root: Path) -> Path:
             archive.extractall(work / "src", filter="tar")
         (tree,) = [p for p in (work / "src").iterdir() if p.is_dir()] or [work / "src"]
     _check_tree(tree)
+    if (tree / ".git").exists() and git_tree.lacking(tree):  # a checkout: its key ignores what is filled in
+        donor = _donor(root, log)
+        filled = git_tree.fill_in(tree, donor)
+        say(
+            f"copied in from {donor}, as this tree lacked them and configure runs offline (--disable-download): "
+            f"{', '.join(str(place.relative_to(tree)) for place in filled)}"
+        )
     return tree
 
 
@@ -513,14 +520,44 @@ def _check_tree(tree: Path) -> None:
         )
 
 
-def _debian_source(suite: str, work: Path, log: Path) -> Path:
+def _debian_source(suite: str, work: Path, log: Path, *, patched: bool = True) -> Path:
     say(f"apt-get source qemu ({suite})")
     sh(["apt-get", "source", "--download-only", "-q", f"qemu/{suite}"], log, cwd=work)
     dsc = max(work.glob("qemu_*.dsc"))
-    sh(["dpkg-source", "-x", str(dsc), "src"], log, cwd=work)  # applies Debian's patches
+    # applies Debian's patches, unless only the unpatched files are wanted
+    sh(["dpkg-source", "-x", *([] if patched else ["--skip-patches"]), str(dsc), "src"], log, cwd=work)
     for name in (p.name for p in work.glob("qemu_*")):
         (work / name).unlink()
     return work / "src"
+
+
+#: The Debian suite whose QEMU source lends its subprojects when no Debian build is in the cache.
+DONOR_SUITE = "trixie"
+
+
+def _donor(root: Path, log: Path) -> Path:
+    """The source tree whose subprojects a tree without them borrows (:mod:`harness.qemu.git_tree`):
+    a Debian build's in the cache, else the subprojects of :data:`DONOR_SUITE`'s source package,
+    fetched once into ``donor-debian-SUITE/`` (a fork's CI runner, or a machine that never built
+    Debian's QEMU). Called with the build lock held."""
+    found = git_tree.donor(root)
+    if found is not None:
+        return found
+    ensure_packages(log, f"debian:{DONOR_SUITE}")  # its deb-src entries
+    final = root / f"donor-debian-{DONOR_SUITE}"
+    work = Path(tempfile.mkdtemp(prefix="donor-", dir=root))
+    try:
+        source = _debian_source(DONOR_SUITE, work, log, patched=False)
+        kept = work / "kept" / "src" / "subprojects"
+        kept.mkdir(parents=True)
+        for name in git_tree.BORROWED:  # a few MB of its 400
+            shutil.copytree(source / "subprojects" / name, kept / name, symlinks=True)
+        shutil.rmtree(final, ignore_errors=True)
+        (work / "kept").rename(final)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    say(f"kept in {final}: the subprojects of Debian {DONOR_SUITE}'s QEMU source, for trees without them")
+    return final / "src"
 
 
 def supported_flags(tree: Path, wanted: tuple[str, ...] = CONFIGURE) -> list[str]:

@@ -5,8 +5,10 @@ buildable here without a network: every release from 5.1 on, for benchmarks acro
 ``git archive`` leaves out the git submodules (5.x-7.x: ``ui/keycodemapdb``,
 ``tests/fp/berkeley-*``, ``meson``) and meson's subprojects (8.0 on: fetched at configure time),
 which configure then tries to download. They are copied in from a *donor*: the source of a Debian
-build in the cache (``qemu build trixie`` keeps it), whose subprojects are what the newer trees
-pin. Old trees need three more things, each applied only where a tree needs it:
+build in the cache (``qemu build trixie`` keeps it), or the subprojects of Debian trixie's source
+package, fetched once (``harness.qemu.build``); these are what the newer trees pin. A user's checkout
+that lacks them (``qemu build --source``, never configured with the network) gets them the same
+way. Old trees need three more things, each applied only where a tree needs it:
 
 - QEMU before 6.0 passes ``keymap-gen`` its options before the subcommand, which keycodemapdb
   since 2022 refuses: a wrapper puts the subcommand first;
@@ -84,13 +86,27 @@ def export(repo: Path, commit: str, dest: Path, donor: Path | None, log: Path) -
         unpacked = subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, stderr=out, check=False)
         if archive.wait() != 0 or unpacked.returncode != 0:
             raise ProvisionError(f"git archive {commit} | tar -x failed; log {log}")
-    for name in BORROWED:
-        for place in _places(dest, name):
-            if not place.is_dir() or not any(place.iterdir()):  # absent, or an empty submodule dir
-                _borrow(name, place, donor)
-    if _keymap_options_first(dest):
-        _wrap_keymap_gen(dest)
+    fill_in(dest, donor)
     return dest
+
+
+def fill_in(tree: Path, donor: Path | None) -> list[Path]:
+    """Copy into ``tree`` from ``donor`` each of :data:`BORROWED` that it wants and lacks (absent, or
+    an empty submodule directory: what ``git archive`` leaves, and a checkout before ``meson
+    subprojects download`` or ``git submodule update``); the places filled. Copied keymap-gen is
+    wrapped where this QEMU calls it the old way."""
+    filled = lacking(tree)
+    for place in filled:
+        _borrow(place.name, place, donor)
+    if any(place.name == "keycodemapdb" for place in filled) and _keymap_options_first(tree):
+        _wrap_keymap_gen(tree)
+    return filled
+
+
+def lacking(tree: Path) -> list[Path]:
+    """Where ``tree`` wants one of :data:`BORROWED` and has none (absent, or an empty directory)."""
+    places = [place for name in BORROWED for place in _places(tree, name)]
+    return [place for place in places if not place.is_dir() or not any(place.iterdir())]
 
 
 def _places(tree: Path, name: str) -> list[Path]:
@@ -108,9 +124,10 @@ def _borrow(name: str, place: Path, donor: Path | None) -> None:
     source = donor / "subprojects" / name if donor else None
     if source is None or not source.is_dir():
         raise ProvisionError(
-            f"this tree needs {name} (a git submodule or meson subproject, which git archive leaves out) and "
-            "there is no donor to copy it from: build Debian's QEMU first (`python -m harness qemu build trixie`, "
-            "whose source tree has it)"
+            f"this tree has no {place} (a git submodule or meson subproject: git archive leaves it out, and a "
+            "checkout has it after `meson subprojects download` or `git submodule update --init`, which need the "
+            "network) and no donor to copy it from (a Debian QEMU source tree, which `python -m harness qemu "
+            "build` fetches where the cache has none)"
         )
     if place.exists():
         place.rmdir()
@@ -134,8 +151,10 @@ def _wrap_keymap_gen(tree: Path) -> None:
 
 
 def donor(root: Path) -> Path | None:
-    """A Debian source tree in the cache (``qemu-*-debian-*/src``), the newest, or None."""
-    trees = sorted((p for p in root.glob("qemu-*-debian-*/src") if (p / "subprojects" / "keycodemapdb").is_dir()),
+    """A Debian source tree in the cache (a build's, ``qemu-*-debian-*/src``, or the subprojects
+    fetched alone, ``donor-debian-*/src``), the newest, or None."""
+    found = [*root.glob("qemu-*-debian-*/src"), *root.glob("donor-debian-*/src")]
+    trees = sorted((p for p in found if all((p / "subprojects" / name).is_dir() for name in BORROWED)),
                    key=lambda p: p.stat().st_mtime)  # fmt: skip
     return trees[-1] if trees else None
 
