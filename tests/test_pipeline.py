@@ -94,6 +94,24 @@ def test_the_merge_job_tables_every_cell_and_the_known_bugs_it_met(tmp_path: Pat
     assert ["root-stat-name", "bookworm/fault 1", "trixie/fault 1"] in rows
 
 
+def test_in_a_pipeline_the_merge_counts_the_cells_its_jobs_ran_not_the_described_ones(tmp_path: Path) -> None:
+    """A fork that gives its cell job a matrix of its own (docs/pipeline.md) is judged by the cells
+    its pipeline ran: each job recorded their number (CI_NODE_TOTAL), and the described matrix,
+    which the fork's file replaced, adds no rows of cells that never ran. A job that left nothing
+    is still counted, as the missing."""
+    base = {"rounds": "", "build": "plain", "seconds": 61.2, "exit": 0, "family": "conformance", "version": "11.1.0"}
+    described = [pipeline.Cell("fork", "conformance"), pipeline.Cell("fork", "posix"), pipeline.Cell("trixie", "fault")]
+    _cell(tmp_path, "fork-conformance", {**base, "qemu": "fork", "of": 1}, {"a": "passed"}, {})
+    text, status, _ = pipeline.merge(tmp_path, described)
+    assert status == 0 and "no results" not in text, text
+    _cell(tmp_path, "fork-guest", {**base, "qemu": "fork", "family": "guest", "of": 3}, {"a": "passed"}, {})
+    (tmp_path / "fork-conformance" / pipeline.CELL_FILE).write_text(json.dumps({**base, "qemu": "fork", "of": 3}))
+    text, status, _ = pipeline.merge(tmp_path, described)
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in text.splitlines() if line.startswith("| ")]
+    assert status == 1 and [row[0] for row in rows[1:]] == ["fork", "fork", "1 of the pipeline's 3 cells"]
+    assert rows[-1][-1] == "no results" and "posix" not in text
+
+
 def _seeds(first: int, rounds: int, share: float = 1.0) -> list[int]:
     options = {"--concurrent-seed": None, "--concurrent-rounds": rounds, "--concurrent-first-round": first}
     request = SimpleNamespace(config=SimpleNamespace(getoption=options.__getitem__),

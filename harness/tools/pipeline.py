@@ -164,6 +164,8 @@ def run_cell(description: Description, cell: Cell, binary: Path, cells: Path) ->
     variant = json.loads(stamp.read_text()).get("variant", "") if stamp.exists() else "given"
     record = {"qemu": cell.qemu, "family": cell.family, "rounds": cell.rounds, "version": versions.label(probe.version),
               "build": variant or "plain", "seconds": round(time.monotonic() - start, 1), "exit": status}  # fmt: skip
+    if os.environ.get("CI_NODE_TOTAL", "").isdigit():  # a CI job's: how many cells its pipeline runs
+        record["of"] = int(os.environ["CI_NODE_TOTAL"])
     (out / CELL_FILE).write_text(json.dumps(record, indent=1) + "\n")
     return status
 
@@ -172,24 +174,31 @@ def merge(cells: Path, expected: list[Cell] | None = None) -> tuple[str, int, li
     """The last job: every cell's row (what ran, its counts, its time, pytest's exit status), then
     the known bugs the pipeline saw, each with the cells that met it (xfailed) and those where it
     did not show (xpassed: fixed there, or a race not met). ``expected``: the matrix's cells, each
-    a row even where its job left nothing (it died before pytest: "no results"). Exit status 1
-    when a cell failed or left no results. Also returns the records the text is made of
-    (``--json`` keeps them)."""
+    a row even where its job left nothing (it died before pytest: "no results"). In a pipeline, the
+    count its cell jobs recorded (``CI_NODE_TOTAL``) decides instead: a fork may have given its
+    cell job a matrix of its own, which the description here does not know; a job that left
+    nothing is then a row that counts the missing. Exit status 1 when a cell failed or left no
+    results. Also returns the records the text is made of (``--json`` keeps them)."""
     found = {path.name for path in cells.iterdir() if path.is_dir()} if cells.is_dir() else set()
-    names = sorted(found | {cell.name for cell in expected or []})
+    written = {name: json.loads((cells / name / CELL_FILE).read_text()) for name in found
+               if (cells / name / CELL_FILE).exists()}  # fmt: skip
+    total = max((cell.get("of", 0) for cell in written.values()), default=0)
+    names = sorted(found if total else found | {cell.name for cell in expected or []})
     records: list[dict[str, Any]] = []
     for where in (cells / name for name in names):
-        cell_file, results_file = where / CELL_FILE, where / "results.json"
-        if not cell_file.exists() or not results_file.exists():
+        results_file = where / "results.json"
+        if where.name not in written or not results_file.exists():
             records.append({"cell": where.name})
             continue
-        cell, results = json.loads(cell_file.read_text()), json.loads(results_file.read_text())
+        cell, results = written[where.name], json.loads(results_file.read_text())
         counts = collections.Counter(results["cases"].values())
         reasons = results.get("xfail_reasons", {})
         bugs = collections.Counter((bug, results["cases"][case]) for case, reason in reasons.items()
                                    for bug in bugs_of(reason))  # fmt: skip
         records.append({**cell, "cell": where.name, "counts": dict(counts),
                         "bugs": [[bug, outcome, n] for (bug, outcome), n in sorted(bugs.items())]})  # fmt: skip
+    if total > len(names):
+        records.append({"cell": f"{total - len(names)} of the pipeline's {total} cells"})
     text = merged_text(records)
     return text, 1 if any("counts" not in r or r["exit"] != 0 for r in records) else 0, records
 
