@@ -96,20 +96,52 @@ def test_the_merge_job_tables_every_cell_and_the_known_bugs_it_met(tmp_path: Pat
 
 def test_in_a_pipeline_the_merge_counts_the_cells_its_jobs_ran_not_the_described_ones(tmp_path: Path) -> None:
     """A fork that gives its cell job a matrix of its own (docs/pipeline.md) is judged by the cells
-    its pipeline ran: each job recorded their number (CI_NODE_TOTAL), and the described matrix,
-    which the fork's file replaced, adds no rows of cells that never ran. A job that left nothing
-    is still counted, as the missing."""
+    its pipeline ran: each job recorded their number (``of``, from CI_NODE_TOTAL), and the described
+    matrix, which the fork's file replaced, adds no rows of cells that never ran. A job that left
+    nothing is still counted, as the missing; where the recorded count is the described matrix's,
+    the missing are named. A pipeline whose cells all left nothing (a build failed) fails too."""
     base = {"rounds": "", "build": "plain", "seconds": 61.2, "exit": 0, "family": "conformance", "version": "11.1.0"}
     described = [pipeline.Cell("fork", "conformance"), pipeline.Cell("fork", "posix"), pipeline.Cell("trixie", "fault")]
+    text, status, _ = pipeline.merge(tmp_path, described, in_pipeline=True)
+    assert status == 1 and "no cell job left a directory" in text, text
     _cell(tmp_path, "fork-conformance", {**base, "qemu": "fork", "of": 1}, {"a": "passed"}, {})
-    text, status, _ = pipeline.merge(tmp_path, described)
+    text, status, _ = pipeline.merge(tmp_path, described, in_pipeline=True)
     assert status == 0 and "no results" not in text, text
-    _cell(tmp_path, "fork-guest", {**base, "qemu": "fork", "family": "guest", "of": 3}, {"a": "passed"}, {})
+    assert pipeline.merge(tmp_path, described)[1] == 1  # on one host, the described cells are the matrix
+
+    # three cells: one passed, one died in pytest (its first cell.json only), one left nothing
     (tmp_path / "fork-conformance" / pipeline.CELL_FILE).write_text(json.dumps({**base, "qemu": "fork", "of": 3}))
-    text, status, _ = pipeline.merge(tmp_path, described)
+    (tmp_path / "fork-guest").mkdir()
+    (tmp_path / "fork-guest" / pipeline.CELL_FILE).write_text(json.dumps({"qemu": "fork", "family": "guest", "of": 3}))
+    text, status, _ = pipeline.merge(tmp_path, described, in_pipeline=True)
     rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in text.splitlines() if line.startswith("| ")]
-    assert status == 1 and [row[0] for row in rows[1:]] == ["fork", "fork", "1 of the pipeline's 3 cells"]
-    assert rows[-1][-1] == "no results" and "posix" not in text
+    assert status == 1 and [row[0] for row in rows[1:]] == ["fork", "fork-guest", "1 of the pipeline's 3 cells"]
+    assert rows[2][-1] == rows[3][-1] == "no results" and "posix" not in text
+
+    # the described matrix ran: its missing cell is named
+    (tmp_path / "fork-guest" / pipeline.CELL_FILE).unlink()
+    (tmp_path / "fork-guest").rmdir()
+    _cell(tmp_path, "trixie-fault", {**base, "qemu": "trixie", "family": "fault", "of": 3}, {"a": "passed"}, {})
+    text, status, _ = pipeline.merge(tmp_path, described, in_pipeline=True)
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in text.splitlines() if line.startswith("| ")]
+    assert status == 1 and [row[0] for row in rows[1:]] == ["fork", "fork-posix", "trixie"]
+
+
+def test_a_cell_job_counts_its_pipelines_cells_before_anything_can_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``matrix --cell`` in a CI job writes its cell.json with CI_NODE_TOTAL first: a job whose
+    QEMU cannot even be probed still counts among its pipeline's cells, as one with no results."""
+    monkeypatch.setenv("CI_NODE_TOTAL", "4")
+    done = harness("matrix", "--cell", "fork", "conformance", "--binary", str(tmp_path / "nothing"),
+                   "--out", str(tmp_path / "cells"))  # fmt: skip
+    assert done.returncode != 0, done.stdout
+    written = json.loads((tmp_path / "cells" / "fork-conformance" / pipeline.CELL_FILE).read_text())
+    assert written == {"qemu": "fork", "family": "conformance", "rounds": "", "of": 4}
+    text, status, _ = pipeline.merge(tmp_path / "cells", None, in_pipeline=True)
+    assert status == 1 and "fork-conformance" in text and "3 of the pipeline's 4 cells" in text, text
+    monkeypatch.delenv("CI_NODE_TOTAL")
+    assert pipeline.node_total() is None
 
 
 def _seeds(first: int, rounds: int, share: float = 1.0) -> list[int]:

@@ -451,10 +451,17 @@ def test_a_checkout_without_its_subprojects_borrows_them_and_keeps_its_key(
         (work / "src" / "hw").mkdir()
         return work / "src"
 
+    def no_root(log: Path, origin: str) -> None:
+        raise ProvisionError("building QEMU needs root for apt-get")
+
     monkeypatch.setattr(build, "_debian_source", debian_source)
-    monkeypatch.setattr(build, "ensure_packages", lambda log, origin: fetched.append(origin))
+    monkeypatch.setattr(build, "ensure_packages", no_root)
     work = tmp_path / "work"
     work.mkdir()
+    with pytest.raises(ProvisionError, match=r"meson subprojects download keycodemapdb berkeley-softfloat-3 b.*root"):
+        build._unpack(f"source:{tree}", work, work / "log", root)
+    assert git_tree.lacking(tree) and [p.name for p in root.iterdir()] == []  # nothing half-made
+    monkeypatch.setattr(build, "ensure_packages", lambda log, origin: fetched.append(origin))
     assert build._unpack(f"source:{tree}", work, work / "log", root) == tree
     assert fetched == ["debian:trixie", "trixie patched=False"]
     assert (tree / "subprojects" / "berkeley-softfloat-3" / "README").read_text() == "berkeley-softfloat-3"
@@ -472,3 +479,35 @@ def test_a_checkout_without_its_subprojects_borrows_them_and_keeps_its_key(
     assert (tree / "subprojects" / "keycodemapdb" / "README").read_text() == "the user's own"
     assert (tree / "subprojects" / "berkeley-testfloat-3" / "README").exists()
     assert git_tree.lacking(tree) == []
+    assert not list((tree / "subprojects").glob(".*v9p-part"))
+
+
+def test_an_old_checkout_gets_its_submodules_and_configures_without_updating_them(tmp_path: Path) -> None:
+    """A checkout of QEMU 6.1-8.0 (git submodules ui/keycodemapdb, tests/fp/berkeley-*, never
+    initialised): the empty submodule directories are filled from the donor, the key stays the same
+    (``git diff HEAD`` sees no change in a submodule it never checked out), and configure is told
+    not to update them (it would, from the network, in a tree with .git)."""
+    tree = tmp_path / "qemu"
+    modules = {"ui/keycodemapdb": "keycodemapdb", "tests/fp/berkeley-softfloat-3": "berkeley-softfloat-3",
+               "tests/fp/berkeley-testfloat-3": "berkeley-testfloat-3"}  # fmt: skip
+    tree.mkdir()
+    (tree / ".gitmodules").write_text("".join(f'[submodule "{p}"]\n\tpath = {p}\n\turl = x\n' for p in modules))
+    (tree / "configure").write_text("  --with-git-submodules=*)\n")
+    (tree / "VERSION").write_text("7.2.0\n")
+    _git(tmp_path, "init", "-q", str(tree))
+    _git(tree, "add", ".")
+    for path in modules:  # gitlinks, as a clone without --recurse-submodules leaves them: empty directories
+        (tree / path).mkdir(parents=True)
+        _git(tree, "update-index", "--add", "--cacheinfo", f"160000,{'1' * 40},{path}")
+    _git(tree, "commit", "-qm", "v7.2.0")
+    key = build.source_key(tree)
+    donor = tmp_path / "cache" / "qemu-10.0.13-debian-trixie" / "src"
+    for name in modules.values():
+        (donor / "subprojects" / name / "tools").mkdir(parents=True)
+        (donor / "subprojects" / name / "README").write_text(name)
+    work = tmp_path / "work"
+    work.mkdir()
+    build._unpack(f"source:{tree}", work, work / "log", tmp_path / "cache")
+    assert all((tree / path / "README").read_text() == name for path, name in modules.items())
+    assert build.source_key(tree) == key
+    assert build.supported_flags(tree, build.CHECKOUT_CONFIGURE) == ["--with-git-submodules=ignore"]

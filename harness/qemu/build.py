@@ -58,6 +58,8 @@ CONFIGURE = (
 )  # fmt: skip
 #: Trees without --without-default-features (before 6.1) would look for these in git submodules.
 OLD_TREE_CONFIGURE = ("--disable-capstone", "--disable-slirp", "--disable-fdt", "--disable-git-update")
+#: A git checkout's configure (6.1 to 8.0) updates its submodules unless told not to.
+CHECKOUT_CONFIGURE = ("--with-git-submodules=ignore",)
 #: Below this, no qos-test is built: the suite's floor (its comparisons need none older).
 QOS_TEST_FLOOR = (7, 2, 0)
 #: What QEMU >= 8.1's configure needs in the Python it is given (its own mkvenv checks them).
@@ -380,6 +382,8 @@ def _build_fresh(origin: str, root: Path, with_qos_test: bool, variant: str) -> 
         ]
         if "--without-default-features" not in flags:
             flags += supported_flags(tree, OLD_TREE_CONFIGURE) + git_tree.meson_flag(tree, root, log)
+        if (tree / ".git").exists():  # a checkout of 6.1-8.0 would update its submodules (the network)
+            flags += supported_flags(tree, CHECKOUT_CONFIGURE)
         env = {}
         if variant == "tsan":
             glib = tsan_glib(root, log)
@@ -498,12 +502,22 @@ def _unpack(origin: str, work: Path, log: Path, root: Path) -> Path:
             archive.extractall(work / "src", filter="tar")
         (tree,) = [p for p in (work / "src").iterdir() if p.is_dir()] or [work / "src"]
     _check_tree(tree)
-    if (tree / ".git").exists() and git_tree.lacking(tree):  # a checkout: its key ignores what is filled in
-        donor = _donor(root, log)
+    lacking = git_tree.lacking(tree) if (tree / ".git").exists() else []
+    if lacking:  # a checkout: its key (commit and `git diff HEAD`) ignores what is filled in
+        names = " ".join(place.name for place in lacking)
+        try:
+            donor = _donor(root, log)
+        except ProvisionError as err:
+            raise ProvisionError(
+                f"{tree} lacks {names}, which configure here cannot download (--disable-download): run `meson "
+                f"subprojects download {names}` (or `git submodule update --init`, before QEMU 8.1) in it, with "
+                f"the network, or let the harness copy them from Debian's QEMU source ({err})"
+            ) from err
         filled = git_tree.fill_in(tree, donor)
         say(
             f"copied in from {donor}, as this tree lacked them and configure runs offline (--disable-download): "
-            f"{', '.join(str(place.relative_to(tree)) for place in filled)}"
+            f"{', '.join(str(place.relative_to(tree)) for place in filled)}. They are the donor's revisions, not "
+            "the ones the tree pins: remove them before a configure of your own with the network"
         )
     return tree
 

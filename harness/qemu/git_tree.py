@@ -129,9 +129,18 @@ def _borrow(name: str, place: Path, donor: Path | None) -> None:
             "network) and no donor to copy it from (a Debian QEMU source tree, which `python -m harness qemu "
             "build` fetches where the cache has none)"
         )
-    if place.exists():
-        place.rmdir()
-    shutil.copytree(source, place, symlinks=True)
+    if place.is_symlink() or (place.exists() and not place.is_dir()):
+        raise ProvisionError(f"{place} is not a directory: QEMU wants {name} there")
+    # copied beside it, then renamed into place: a copy cut short is never taken for the subproject
+    part = place.with_name(f".{place.name}.v9p-part")
+    shutil.rmtree(part, ignore_errors=True)
+    try:
+        shutil.copytree(source, part, symlinks=True)
+        if place.exists():
+            place.rmdir()  # an empty submodule directory
+        part.rename(place)
+    finally:
+        shutil.rmtree(part, ignore_errors=True)
 
 
 def _keymap_options_first(tree: Path) -> bool:

@@ -462,7 +462,6 @@ def _bench_kind(args: argparse.Namespace) -> int:
 def _described_matrix(args: argparse.Namespace) -> int:
     """``matrix --described/--build-qemu/--cell/--merge``: the matrix .ci/matrix.yml describes,
     run here or as the pipeline's jobs (harness/tools/pipeline.py)."""
-    from harness.qemu import build
     from harness.tools import pipeline
 
     description = pipeline.load()
@@ -472,12 +471,12 @@ def _described_matrix(args: argparse.Namespace) -> int:
     if args.cell:
         if not 2 <= len(args.cell) <= 3 or not args.binary or not args.out:
             raise HarnessError("--cell QEMU FAMILY [FIRST:COUNT] needs --binary and --out")
-        build.ensure_runtime()  # a build job's artifact, on a runner that never built QEMU
         binary = Path(args.binary).resolve()
-        return pipeline.run_cell(description, pipeline.Cell(*args.cell), binary, Path(args.out).resolve())
+        cell = pipeline.Cell(*args.cell)
+        return pipeline.run_cell(description, cell, binary, Path(args.out).resolve(), pipeline.node_total())
     if args.merge:
         expected = description.matrix(args.described) if args.described else None
-        text, status, records = pipeline.merge(Path(args.merge), expected)
+        text, status, records = pipeline.merge(Path(args.merge), expected, pipeline.node_total() is not None)
         print(text)
         if args.json:
             Path(args.json).write_text(json.dumps(records, indent=1) + "\n")

@@ -138,14 +138,27 @@ def build_qemu(description: Description, qemu: str, into: Path | None = None) ->
     return into / build.BINARY_NAME
 
 
-def run_cell(description: Description, cell: Cell, binary: Path, cells: Path) -> int:
+def node_total() -> int | None:
+    """How many cells the CI job this runs in has (GitLab's ``CI_NODE_TOTAL``: the jobs of its
+    ``parallel: matrix``), or None outside CI."""
+    total = os.environ.get("CI_NODE_TOTAL", "")
+    return int(total) if total.isdigit() else None
+
+
+def run_cell(description: Description, cell: Cell, binary: Path, cells: Path, of: int | None = None) -> int:
     """A test job: the cell's family on ``binary``, with JUnit XML, --results-json and the
     artefacts in ``cells/<cell name>/`` beside ``cell.json`` (what ran, on what, how long, the exit
-    status); pytest's output on the terminal and in ``pytest.txt``. Returns pytest's exit status."""
+    status; ``of``: how many cells its pipeline runs, :func:`node_total`); pytest's output on the
+    terminal and in ``pytest.txt``. Returns pytest's exit status. ``cell.json`` is written first
+    with what is known before anything can fail (the cell, ``of``), so that a job that dies still
+    counts among its pipeline's cells."""
     out = cells / cell.name
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    known = {"qemu": cell.qemu, "family": cell.family, "rounds": cell.rounds} | ({"of": of} if of else {})
+    (out / CELL_FILE).write_text(json.dumps(known, indent=1) + "\n")
+    build.ensure_runtime()  # a build job's artifact, on a runner that never built QEMU
     probe = provision.probe_cached(binary)
     argv = [sys.executable, "-m", "pytest", "cases/", "-n", "2", "-q", "-p", "no:cacheprovider",
             "--qemu-binary", str(binary), "--junitxml", str(out / "junit.xml"),
@@ -162,32 +175,37 @@ def run_cell(description: Description, cell: Cell, binary: Path, cells: Path) ->
         status = proc.wait()
     stamp = binary.parent / build.STAMP
     variant = json.loads(stamp.read_text()).get("variant", "") if stamp.exists() else "given"
-    record = {"qemu": cell.qemu, "family": cell.family, "rounds": cell.rounds, "version": versions.label(probe.version),
-              "build": variant or "plain", "seconds": round(time.monotonic() - start, 1), "exit": status}  # fmt: skip
-    if os.environ.get("CI_NODE_TOTAL", "").isdigit():  # a CI job's: how many cells its pipeline runs
-        record["of"] = int(os.environ["CI_NODE_TOTAL"])
+    record = known | {"version": versions.label(probe.version), "build": variant or "plain",
+                      "seconds": round(time.monotonic() - start, 1), "exit": status}  # fmt: skip
     (out / CELL_FILE).write_text(json.dumps(record, indent=1) + "\n")
     return status
 
 
-def merge(cells: Path, expected: list[Cell] | None = None) -> tuple[str, int, list[dict[str, Any]]]:
+def merge(
+    cells: Path, expected: list[Cell] | None = None, in_pipeline: bool = False
+) -> tuple[str, int, list[dict[str, Any]]]:
     """The last job: every cell's row (what ran, its counts, its time, pytest's exit status), then
     the known bugs the pipeline saw, each with the cells that met it (xfailed) and those where it
     did not show (xpassed: fixed there, or a race not met). ``expected``: the matrix's cells, each
-    a row even where its job left nothing (it died before pytest: "no results"). In a pipeline, the
-    count its cell jobs recorded (``CI_NODE_TOTAL``) decides instead: a fork may have given its
-    cell job a matrix of its own, which the description here does not know; a job that left
-    nothing is then a row that counts the missing. Exit status 1 when a cell failed or left no
-    results. Also returns the records the text is made of (``--json`` keeps them)."""
+    a row even where its job left nothing (it died before pytest: "no results"). ``in_pipeline``
+    (the merge job): the count its cell jobs recorded (``of``) decides which cells there are, as a
+    fork may have given its cell job a matrix of its own that the description here does not know;
+    the described cells name the missing only where they agree with that count, and a job that
+    left nothing is otherwise a row that counts the missing. Exit status 1 when a cell failed or
+    left no results, or none left anything. Also returns the records the text is made of
+    (``--json`` keeps them)."""
     found = {path.name for path in cells.iterdir() if path.is_dir()} if cells.is_dir() else set()
     written = {name: json.loads((cells / name / CELL_FILE).read_text()) for name in found
                if (cells / name / CELL_FILE).exists()}  # fmt: skip
     total = max((cell.get("of", 0) for cell in written.values()), default=0)
-    names = sorted(found if total else found | {cell.name for cell in expected or []})
+    described = {cell.name for cell in expected or []}
+    if not in_pipeline or (found <= described and total == len(described)):
+        found |= described
+    names = sorted(found)
     records: list[dict[str, Any]] = []
     for where in (cells / name for name in names):
         results_file = where / "results.json"
-        if where.name not in written or not results_file.exists():
+        if "exit" not in written.get(where.name, {}) or not results_file.exists():
             records.append({"cell": where.name})
             continue
         cell, results = written[where.name], json.loads(results_file.read_text())
@@ -199,6 +217,8 @@ def merge(cells: Path, expected: list[Cell] | None = None) -> tuple[str, int, li
                         "bugs": [[bug, outcome, n] for (bug, outcome), n in sorted(bugs.items())]})  # fmt: skip
     if total > len(names):
         records.append({"cell": f"{total - len(names)} of the pipeline's {total} cells"})
+    elif not records:
+        records.append({"cell": "no cell job left a directory (skipped: did a build fail?)"})
     text = merged_text(records)
     return text, 1 if any("counts" not in r or r["exit"] != 0 for r in records) else 0, records
 
