@@ -223,7 +223,8 @@ def _git(repo: Path, *args: str) -> str:
 def test_a_commit_of_an_old_tree_gets_what_git_archive_leaves_out(tmp_path: Path) -> None:
     """``qemu build --git``: an old tree's submodules come from the donor (a Debian source tree), and
     its keymap-gen calls are put in the order today's keymap-gen wants, with the keys its QKeyCode
-    enum lacks left unmapped; a newer tree gets its subprojects and no wrapper."""
+    enum lacks left unmapped; in a newer tree, whose enum knows every key, the wrapper passes its
+    calls and the table on as they are."""
 
     repo = tmp_path / "repo"
     (repo / "ui").mkdir(parents=True)
@@ -265,11 +266,16 @@ def test_a_commit_of_an_old_tree_gets_what_git_archive_leaves_out(tmp_path: Path
     (repo / "subprojects").mkdir()
     (repo / "subprojects" / "keycodemapdb.wrap").write_text("[wrap-git]\n")
     (repo / "ui" / "meson.build").write_text("command: [keymap_gen, 'code-map', '--lang', 'glib2', '@INPUT0@']\n")
+    (repo / "qapi" / "ui.json").write_text("{ 'enum': 'QKeyCode',\n  'data': [ 'unmapped', 'esc', 'a', 'f16' ] }\n")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "new")
     newer = git_tree.export(repo, git_tree.resolve(repo, "HEAD"), tmp_path / "tree3", donor, tmp_path / "log")
     assert (newer / "subprojects" / "keycodemapdb" / "README").exists()
-    assert not (newer / "subprojects" / "keycodemapdb" / "tools" / "keymap-gen.real").exists()
+    wrapper = newer / "subprojects" / "keycodemapdb" / "tools" / "keymap-gen"
+    done = subprocess.run([sys.executable, str(wrapper), "code-map", "--lang", "glib2", str(table), "x", "qcode"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert done.stdout.splitlines() == [str(["code-map", "--lang", "glib2", str(table), "x", "qcode"]),
+                                        "['esc', 'f16', 'a']"]  # fmt: skip
     with pytest.raises(ProvisionError, match="names no commit"):
         git_tree.resolve(repo, "v0.0.0")
 
@@ -446,8 +452,9 @@ def test_a_checkout_without_its_subprojects_borrows_them_and_keeps_its_key(
     def debian_source(suite: str, work: Path, log: Path, *, patched: bool = True) -> Path:
         fetched.append(f"{suite} patched={patched}")
         for name in ("keycodemapdb", "berkeley-softfloat-3", "berkeley-testfloat-3", "dtc"):
-            (work / "src" / "subprojects" / name).mkdir(parents=True)
+            (work / "src" / "subprojects" / name / "tools").mkdir(parents=True)
             (work / "src" / "subprojects" / name / "README").write_text(name)
+        (work / "src" / "subprojects" / "keycodemapdb" / "tools" / "keymap-gen").write_text("")
         (work / "src" / "hw").mkdir()
         return work / "src"
 
@@ -505,9 +512,11 @@ def test_an_old_checkout_gets_its_submodules_and_configures_without_updating_the
     for name in modules.values():
         (donor / "subprojects" / name / "tools").mkdir(parents=True)
         (donor / "subprojects" / name / "README").write_text(name)
+    (donor / "subprojects" / "keycodemapdb" / "tools" / "keymap-gen").write_text("")
     work = tmp_path / "work"
     work.mkdir()
     build._unpack(f"source:{tree}", work, work / "log", tmp_path / "cache")
     assert all((tree / path / "README").read_text() == name for path, name in modules.items())
+    assert (tree / "ui" / "keycodemapdb" / "tools" / "keymap-gen.real").exists()  # wrapped: its enum is older
     assert build.source_key(tree) == key
     assert build.supported_flags(tree, build.CHECKOUT_CONFIGURE) == ["--with-git-submodules=ignore"]

@@ -8,10 +8,12 @@ which configure then tries to download. They are copied in from a *donor*: the s
 build in the cache (``qemu build trixie`` keeps it), or the subprojects of Debian trixie's source
 package, fetched once (``harness.qemu.build``); these are what the newer trees pin. A user's checkout
 that lacks them (``qemu build --source``, never configured with the network) gets them the same
-way. Old trees need three more things, each applied only where a tree needs it:
+way. A borrowed keycodemapdb is newer than an old tree, so its ``keymap-gen`` is wrapped: QEMU
+before 6.0 passes it its options before the subcommand, which keycodemapdb since 2022 refuses (the
+wrapper puts the subcommand first), and QEMU before 8.0 lacks keys in its QKeyCode enum that the
+newer ``keymaps.csv`` maps (the wrapper leaves those unmapped). In a newer tree it changes nothing.
+Old trees need two more things, each applied only where a tree needs it:
 
-- QEMU before 6.0 passes ``keymap-gen`` its options before the subcommand, which keycodemapdb
-  since 2022 refuses: a wrapper puts the subcommand first;
 - a meson of the version the tree asks for (5.2-8.0 carry their own as a submodule, which
   ``git archive`` leaves out): installed from PyPI into a venv in the cache, once per version;
 - QEMU before 5.2 has no meson at all: configure and make (``harness.qemu.build``).
@@ -34,10 +36,11 @@ BORROWED = ("keycodemapdb", "berkeley-softfloat-3", "berkeley-testfloat-3")
 #: keymap-gen's subcommands: the wrapper moves the first one it sees to the front.
 KEYMAP_COMMANDS = ("code-map", "code-table", "name-map", "name-table", "code-docs", "name-docs")
 KEYMAP_WRAPPER = f"""#!/usr/bin/env python3
-# added by virtio9p-harness. This QEMU passes --lang/--varname before the subcommand, which
-# keymap-gen since 2022 wants first; and its QKeyCode enum (qapi/ui.json) lacks keys that
-# keymaps.csv since then maps: their cells are emptied (unmapped) in a copy of the table, kept
-# beside this wrapper.
+# added by virtio9p-harness: this keycodemapdb is newer than the QEMU around it. QEMU before 6.0
+# passes --lang/--varname before the subcommand, which keymap-gen since 2022 wants first; QEMU
+# before 8.0 lacks keys in its QKeyCode enum (qapi/ui.json) that keymaps.csv since then maps:
+# their cells are emptied (unmapped) in a copy of the table, kept beside this wrapper. Where the
+# enum knows every key (or cannot be read), the table is passed on as it is.
 import csv, hashlib, os, re, sys
 commands = {set(KEYMAP_COMMANDS)!r}
 here = os.path.dirname(os.path.abspath(__file__))
@@ -51,15 +54,17 @@ if table and os.path.exists(ui_json):
     known = set(re.findall(r"'([a-z0-9_]+)'", enum.group(1))) if enum else set()
     rows = list(csv.reader(open(table[0], newline="")))
     column = rows[0].index("QEMU QKeyCode")
-    for row in rows[1:]:
-        if len(row) > column and row[column] and row[column].lower() not in known:
-            row[column] = ""
-    digest = hashlib.sha256(repr(rows).encode()).hexdigest()[:12]
-    copy = os.path.join(here, f"keymaps-{{digest}}.csv")  # in the tree: it goes with the build
-    with open(copy + ".part", "w", newline="") as out:
-        csv.writer(out).writerows(rows)
-    os.replace(copy + ".part", copy)
-    args = [copy if a == table[0] else a for a in args]
+    unknown = [row for row in rows[1:] if len(row) > column and row[column] and row[column].lower() not in known]
+    for row in unknown if known else []:
+        row[column] = ""
+    if known and unknown:
+        digest = hashlib.sha256(repr(rows).encode()).hexdigest()[:12]
+        copy = os.path.join(here, f"keymaps-{{digest}}.csv")  # in the tree: it goes with the build
+        part = f"{{copy}}.{{os.getpid()}}.part"  # ninja runs several of these at once
+        with open(part, "w", newline="") as out:
+            csv.writer(out).writerows(rows)
+        os.replace(part, copy)
+        args = [copy if a == table[0] else a for a in args]
 real = os.path.join(here, "keymap-gen.real")
 os.execv(sys.executable, [sys.executable, real, *command, *args])
 """
@@ -93,12 +98,12 @@ def export(repo: Path, commit: str, dest: Path, donor: Path | None, log: Path) -
 def fill_in(tree: Path, donor: Path | None) -> list[Path]:
     """Copy into ``tree`` from ``donor`` each of :data:`BORROWED` that it wants and lacks (absent, or
     an empty submodule directory: what ``git archive`` leaves, and a checkout before ``meson
-    subprojects download`` or ``git submodule update``); the places filled. Copied keymap-gen is
-    wrapped where this QEMU calls it the old way."""
+    subprojects download`` or ``git submodule update``); the places filled. A copied keymap-gen
+    is wrapped (the module's docstring: why)."""
     filled = lacking(tree)
     for place in filled:
         _borrow(place.name, place, donor)
-    if any(place.name == "keycodemapdb" for place in filled) and _keymap_options_first(tree):
+    if any(place.name == "keycodemapdb" for place in filled):
         _wrap_keymap_gen(tree)
     return filled
 
@@ -141,15 +146,6 @@ def _borrow(name: str, place: Path, donor: Path | None) -> None:
         part.rename(place)
     finally:
         shutil.rmtree(part, ignore_errors=True)
-
-
-def _keymap_options_first(tree: Path) -> bool:
-    """Whether this QEMU calls keymap-gen the pre-2022 way (``--lang glib2 ... code-map``)."""
-    for build_file in (tree / "ui" / "meson.build", tree / "Makefile"):
-        text = build_file.read_text() if build_file.exists() else ""
-        if "--lang" in text and "code-map" in text:
-            return text.index("--lang") < text.index("code-map")
-    return False
 
 
 def _wrap_keymap_gen(tree: Path) -> None:
