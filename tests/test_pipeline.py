@@ -102,27 +102,46 @@ def test_in_a_pipeline_the_merge_counts_the_cells_its_jobs_ran_not_the_described
     the missing are named. A pipeline whose cells all left nothing (a build failed) fails too."""
     base = {"rounds": "", "build": "plain", "seconds": 61.2, "exit": 0, "family": "conformance", "version": "11.1.0"}
     described = [pipeline.Cell("fork", "conformance"), pipeline.Cell("fork", "posix"), pipeline.Cell("trixie", "fault")]
-    text, status, _ = pipeline.merge(tmp_path, described, in_pipeline=True)
+    text, status, _ = pipeline.merge(tmp_path, described, pipeline="7")
     assert status == 1 and "no cell job left a directory" in text, text
-    _cell(tmp_path, "fork-conformance", {**base, "qemu": "fork", "of": 1}, {"a": "passed"}, {})
-    text, status, _ = pipeline.merge(tmp_path, described, in_pipeline=True)
+    _cell(tmp_path, "fork-conformance", {**base, "qemu": "fork"}, {"a": "passed"}, {})
+    # cells that recorded no count (a run on one host, or an older harness's): the described matrix
+    assert pipeline.merge(tmp_path, described)[1] == pipeline.merge(tmp_path, described, pipeline="7")[1] == 1
+    (tmp_path / "fork-conformance" / pipeline.CELL_FILE).write_text(json.dumps({**base, "qemu": "fork", "of": 1}))
+    text, status, _ = pipeline.merge(tmp_path, described, pipeline="7")
     assert status == 0 and "no results" not in text, text
-    assert pipeline.merge(tmp_path, described)[1] == 1  # on one host, the described cells are the matrix
 
     # three cells: one passed, one died in pytest (its first cell.json only), one left nothing
     (tmp_path / "fork-conformance" / pipeline.CELL_FILE).write_text(json.dumps({**base, "qemu": "fork", "of": 3}))
     (tmp_path / "fork-guest").mkdir()
     (tmp_path / "fork-guest" / pipeline.CELL_FILE).write_text(json.dumps({"qemu": "fork", "family": "guest", "of": 3}))
-    text, status, _ = pipeline.merge(tmp_path, described, in_pipeline=True)
+    text, status, _ = pipeline.merge(tmp_path, described, pipeline="7")
     rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in text.splitlines() if line.startswith("| ")]
     assert status == 1 and [row[0] for row in rows[1:]] == ["fork", "fork-guest", "1 of the pipeline's 3 cells"]
     assert rows[2][-1] == rows[3][-1] == "no results" and "posix" not in text
+
+    # a cell whose job died after pytest wrote its results, before its record: no results
+    (tmp_path / "fork-guest" / "results.json").write_text(json.dumps({"cases": {"a": "passed"}}))
+    assert "no results" in pipeline.merge(tmp_path, described, pipeline="7")[0]
+    # another pipeline's cell, left in a workspace that was not cleaned, is not this one's
+    (tmp_path / "fork-conformance" / pipeline.CELL_FILE).write_text(json.dumps({**base, "qemu": "fork", "of": 2}))
+    (tmp_path / "fork-guest" / pipeline.CELL_FILE).write_text(
+        json.dumps({**base, "qemu": "fork", "family": "guest", "of": 2, "pipeline": "6"})
+    )
+    text, status, _ = pipeline.merge(tmp_path, described, pipeline="7")
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in text.splitlines() if line.startswith("| ")]
+    assert status == 1 and [row[0] for row in rows[1:]] == ["fork", "1 of the pipeline's 2 cells"]
+    # the same cells merged outside CI (their artifacts, downloaded): still by their count
+    assert "posix" not in pipeline.merge(tmp_path, described)[0]
+    (tmp_path / "fork-guest" / "results.json").unlink()
+    (tmp_path / "fork-guest" / pipeline.CELL_FILE).write_text(json.dumps({"qemu": "fork", "family": "guest", "of": 3}))
+    (tmp_path / "fork-conformance" / pipeline.CELL_FILE).write_text(json.dumps({**base, "qemu": "fork", "of": 3}))
 
     # the described matrix ran: its missing cell is named
     (tmp_path / "fork-guest" / pipeline.CELL_FILE).unlink()
     (tmp_path / "fork-guest").rmdir()
     _cell(tmp_path, "trixie-fault", {**base, "qemu": "trixie", "family": "fault", "of": 3}, {"a": "passed"}, {})
-    text, status, _ = pipeline.merge(tmp_path, described, in_pipeline=True)
+    text, status, _ = pipeline.merge(tmp_path, described, pipeline="7")
     rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in text.splitlines() if line.startswith("| ")]
     assert status == 1 and [row[0] for row in rows[1:]] == ["fork", "fork-posix", "trixie"]
 
@@ -133,12 +152,13 @@ def test_a_cell_job_counts_its_pipelines_cells_before_anything_can_fail(
     """``matrix --cell`` in a CI job writes its cell.json with CI_NODE_TOTAL first: a job whose
     QEMU cannot even be probed still counts among its pipeline's cells, as one with no results."""
     monkeypatch.setenv("CI_NODE_TOTAL", "4")
+    monkeypatch.setenv("CI_PIPELINE_ID", "7")
     done = harness("matrix", "--cell", "fork", "conformance", "--binary", str(tmp_path / "nothing"),
                    "--out", str(tmp_path / "cells"))  # fmt: skip
     assert done.returncode != 0, done.stdout
     written = json.loads((tmp_path / "cells" / "fork-conformance" / pipeline.CELL_FILE).read_text())
-    assert written == {"qemu": "fork", "family": "conformance", "rounds": "", "of": 4}
-    text, status, _ = pipeline.merge(tmp_path / "cells", None, in_pipeline=True)
+    assert written == {"qemu": "fork", "family": "conformance", "rounds": "", "of": 4, "pipeline": "7"}
+    text, status, _ = pipeline.merge(tmp_path / "cells", None, pipeline="7")
     assert status == 1 and "fork-conformance" in text and "3 of the pipeline's 4 cells" in text, text
     monkeypatch.delenv("CI_NODE_TOTAL")
     assert pipeline.node_total() is None

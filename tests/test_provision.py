@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -259,6 +260,11 @@ def test_a_commit_of_an_old_tree_gets_what_git_archive_leaves_out(tmp_path: Path
     given, column = done.stdout.splitlines()
     assert given.startswith("['code-map', '--lang', 'glib2'")
     assert column == "['esc', '', 'a']"  # f16 is not in this QEMU's enum
+    # ninja runs many at once: each writes its own copy of the table
+    argv = [sys.executable, str(wrapper), "--lang", "glib2", "code-map", str(table), "x", "qcode"]
+    calls = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(16)]
+    assert [call.communicate()[0].splitlines()[1:] for call in calls] == [[column]] * 16
+    assert not list(wrapper.parent.glob("*.part"))
 
     with pytest.raises(ProvisionError, match="no donor"):
         git_tree.export(repo, commit, tmp_path / "tree2", None, tmp_path / "log")
@@ -519,4 +525,43 @@ def test_an_old_checkout_gets_its_submodules_and_configures_without_updating_the
     assert all((tree / path / "README").read_text() == name for path, name in modules.items())
     assert (tree / "ui" / "keycodemapdb" / "tools" / "keymap-gen.real").exists()  # wrapped: its enum is older
     assert build.source_key(tree) == key
-    assert build.supported_flags(tree, build.CHECKOUT_CONFIGURE) == ["--with-git-submodules=ignore"]
+    assert build.checkout_flags(tree) == ["--with-git-submodules=ignore"]
+    for path in modules:  # submodules git manages: configure goes its own way with them
+        (tree / path / ".git").write_text("gitdir: x\n")
+    assert build.checkout_flags(tree) == []
+
+
+def test_a_borrowed_subproject_is_whole_or_absent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy cut short leaves nothing where the subproject goes (the next build copies it again),
+    and a keycodemapdb that was copied is wrapped already, whatever fails after it."""
+    tree = tmp_path / "tree"
+    (tree / "subprojects").mkdir(parents=True)
+    (tree / "ui").mkdir()
+    (tree / "ui" / "meson.build").write_text("command: [keymap_gen, 'code-map', '--lang', 'glib2', '@INPUT0@']\n")
+    for name in git_tree.BORROWED:
+        (tree / "subprojects" / f"{name}.wrap").write_text("[wrap-git]\n")
+    donor = tmp_path / "donor"
+    (donor / "subprojects" / "keycodemapdb" / "tools").mkdir(parents=True)
+    (donor / "subprojects" / "keycodemapdb" / "tools" / "keymap-gen").write_text("")
+    (donor / "subprojects" / "berkeley-softfloat-3").mkdir()
+    (donor / "subprojects" / "berkeley-softfloat-3" / "a.c").write_text("")
+    with pytest.raises(ProvisionError, match="berkeley-testfloat-3"):
+        git_tree.fill_in(tree, donor)  # the donor lacks the last one
+    assert (tree / "subprojects" / "keycodemapdb" / "tools" / "keymap-gen.real").exists()
+    assert [p.name for p in git_tree.lacking(tree)] == ["berkeley-testfloat-3"]
+
+    copy = shutil.copytree
+
+    def cut_short(source: Path, dest: Path, **kwargs: Any) -> Any:
+        copy(source, dest, **kwargs)
+        raise OSError("No space left on device")
+
+    (donor / "subprojects" / "berkeley-testfloat-3").mkdir()
+    (donor / "subprojects" / "berkeley-testfloat-3" / "b.c").write_text("")
+    monkeypatch.setattr(shutil, "copytree", cut_short)
+    with pytest.raises(OSError, match="No space"):
+        git_tree.fill_in(tree, donor)
+    assert not (tree / "subprojects" / "berkeley-testfloat-3").exists()
+    assert sorted(p.name for p in (tree / "subprojects").iterdir() if p.is_dir()) == [
+        "berkeley-softfloat-3", "keycodemapdb"
+    ]  # fmt: skip

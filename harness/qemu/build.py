@@ -58,7 +58,8 @@ CONFIGURE = (
 )  # fmt: skip
 #: Trees without --without-default-features (before 6.1) would look for these in git submodules.
 OLD_TREE_CONFIGURE = ("--disable-capstone", "--disable-slirp", "--disable-fdt", "--disable-git-update")
-#: A git checkout's configure (6.1 to 8.0) updates its submodules unless told not to.
+#: A git checkout's configure (6.1 to 8.0) updates its submodules unless told not to: where the
+#: harness filled them in, that would need the network, and would fail on their copies.
 CHECKOUT_CONFIGURE = ("--with-git-submodules=ignore",)
 #: Below this, no qos-test is built: the suite's floor (its comparisons need none older).
 QOS_TEST_FLOOR = (7, 2, 0)
@@ -382,8 +383,7 @@ def _build_fresh(origin: str, root: Path, with_qos_test: bool, variant: str) -> 
         ]
         if "--without-default-features" not in flags:
             flags += supported_flags(tree, OLD_TREE_CONFIGURE) + git_tree.meson_flag(tree, root, log)
-        if (tree / ".git").exists():  # a checkout of 6.1-8.0 would update its submodules (the network)
-            flags += supported_flags(tree, CHECKOUT_CONFIGURE)
+        flags += checkout_flags(tree)
         env = {}
         if variant == "tsan":
             glib = tsan_glib(root, log)
@@ -572,6 +572,12 @@ def _donor(root: Path, log: Path) -> Path:
         shutil.rmtree(work, ignore_errors=True)
     say(f"kept in {final}: the subprojects of Debian {DONOR_SUITE}'s QEMU source, for trees without them")
     return final / "src"
+
+
+def checkout_flags(tree: Path) -> list[str]:
+    """:data:`CHECKOUT_CONFIGURE` for a git checkout with submodules that git does not manage (the
+    harness filled them in), where its configure knows it."""
+    return supported_flags(tree, CHECKOUT_CONFIGURE) if (tree / ".git").exists() and git_tree.unmanaged(tree) else []
 
 
 def supported_flags(tree: Path, wanted: tuple[str, ...] = CONFIGURE) -> list[str]:

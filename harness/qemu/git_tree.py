@@ -48,7 +48,7 @@ args = sys.argv[1:]
 command = [a for a in args if a in commands][:1]
 args = [a for a in args if a not in command]
 ui_json = os.path.join(here, "..", "..", "..", "qapi", "ui.json")
-table = [a for a in args if a.endswith("keymaps.csv")]
+table = [a for a in args if a.endswith(".csv")]
 if table and os.path.exists(ui_json):
     enum = re.search(r"'enum': 'QKeyCode',(.*?)\\]", open(ui_json).read(), re.S)
     known = set(re.findall(r"'([a-z0-9_]+)'", enum.group(1))) if enum else set()
@@ -103,9 +103,13 @@ def fill_in(tree: Path, donor: Path | None) -> list[Path]:
     filled = lacking(tree)
     for place in filled:
         _borrow(place.name, place, donor)
-    if any(place.name == "keycodemapdb" for place in filled):
-        _wrap_keymap_gen(tree)
     return filled
+
+
+def unmanaged(tree: Path) -> list[Path]:
+    """The places of :data:`BORROWED` in ``tree`` that git does not manage: not checked out as a
+    submodule (no ``.git`` in them), so filled in by the harness or by hand."""
+    return [place for name in BORROWED for place in _places(tree, name) if not (place / ".git").exists()]
 
 
 def lacking(tree: Path) -> list[Path]:
@@ -141,6 +145,8 @@ def _borrow(name: str, place: Path, donor: Path | None) -> None:
     shutil.rmtree(part, ignore_errors=True)
     try:
         shutil.copytree(source, part, symlinks=True)
+        if name == "keycodemapdb":
+            _wrap_keymap_gen(part)
         if place.exists():
             place.rmdir()  # an empty submodule directory
         part.rename(place)
@@ -148,8 +154,8 @@ def _borrow(name: str, place: Path, donor: Path | None) -> None:
         shutil.rmtree(part, ignore_errors=True)
 
 
-def _wrap_keymap_gen(tree: Path) -> None:
-    tools = next(p for p in _places(tree, "keycodemapdb")) / "tools"
+def _wrap_keymap_gen(keycodemapdb: Path) -> None:
+    tools = keycodemapdb / "tools"
     (tools / "keymap-gen").rename(tools / "keymap-gen.real")
     (tools / "keymap-gen").write_text(KEYMAP_WRAPPER)
     (tools / "keymap-gen").chmod(0o755)

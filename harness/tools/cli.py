@@ -473,10 +473,14 @@ def _described_matrix(args: argparse.Namespace) -> int:
             raise HarnessError("--cell QEMU FAMILY [FIRST:COUNT] needs --binary and --out")
         binary = Path(args.binary).resolve()
         cell = pipeline.Cell(*args.cell)
-        return pipeline.run_cell(description, cell, binary, Path(args.out).resolve(), pipeline.node_total())
+        out = Path(args.out).resolve()
+        return pipeline.run_cell(description, cell, binary, out, pipeline.node_total(), artifact=True)
     if args.merge:
         expected = description.matrix(args.described) if args.described else None
-        text, status, records = pipeline.merge(Path(args.merge), expected, pipeline.node_total() is not None)
+        in_ci = pipeline.node_total() is not None
+        text, status, records = pipeline.merge(
+            Path(args.merge), expected, os.environ.get("CI_PIPELINE_ID", "") if in_ci else None
+        )
         print(text)
         if args.json:
             Path(args.json).write_text(json.dumps(records, indent=1) + "\n")

@@ -145,20 +145,26 @@ def node_total() -> int | None:
     return int(total) if total.isdigit() else None
 
 
-def run_cell(description: Description, cell: Cell, binary: Path, cells: Path, of: int | None = None) -> int:
+def run_cell(
+    description: Description, cell: Cell, binary: Path, cells: Path, of: int | None = None, artifact: bool = False
+) -> int:
     """A test job: the cell's family on ``binary``, with JUnit XML, --results-json and the
     artefacts in ``cells/<cell name>/`` beside ``cell.json`` (what ran, on what, how long, the exit
-    status; ``of``: how many cells its pipeline runs, :func:`node_total`); pytest's output on the
-    terminal and in ``pytest.txt``. Returns pytest's exit status. ``cell.json`` is written first
-    with what is known before anything can fail (the cell, ``of``), so that a job that dies still
-    counts among its pipeline's cells."""
+    status; ``of``: how many cells its pipeline runs, :func:`node_total`, and which pipeline);
+    pytest's output on the terminal and in ``pytest.txt``. Returns pytest's exit status.
+    ``cell.json`` is written first, with what is known then (the cell, ``of``), so that a job that
+    dies later still counts among its pipeline's cells. ``artifact``: ``binary`` is a build job's,
+    and this runner may lack what it needs to run."""
     out = cells / cell.name
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    known = {"qemu": cell.qemu, "family": cell.family, "rounds": cell.rounds} | ({"of": of} if of else {})
+    known: dict[str, Any] = {"qemu": cell.qemu, "family": cell.family, "rounds": cell.rounds}
+    if of:
+        known |= {"of": of, "pipeline": os.environ.get("CI_PIPELINE_ID", "")}
     (out / CELL_FILE).write_text(json.dumps(known, indent=1) + "\n")
-    build.ensure_runtime()  # a build job's artifact, on a runner that never built QEMU
+    if artifact:
+        build.ensure_runtime()
     probe = provision.probe_cached(binary)
     argv = [sys.executable, "-m", "pytest", "cases/", "-n", "2", "-q", "-p", "no:cacheprovider",
             "--qemu-binary", str(binary), "--junitxml", str(out / "junit.xml"),
@@ -182,24 +188,29 @@ def run_cell(description: Description, cell: Cell, binary: Path, cells: Path, of
 
 
 def merge(
-    cells: Path, expected: list[Cell] | None = None, in_pipeline: bool = False
+    cells: Path, expected: list[Cell] | None = None, pipeline: str | None = None
 ) -> tuple[str, int, list[dict[str, Any]]]:
     """The last job: every cell's row (what ran, its counts, its time, pytest's exit status), then
     the known bugs the pipeline saw, each with the cells that met it (xfailed) and those where it
     did not show (xpassed: fixed there, or a race not met). ``expected``: the matrix's cells, each
-    a row even where its job left nothing (it died before pytest: "no results"). ``in_pipeline``
-    (the merge job): the count its cell jobs recorded (``of``) decides which cells there are, as a
-    fork may have given its cell job a matrix of its own that the description here does not know;
-    the described cells name the missing only where they agree with that count, and a job that
-    left nothing is otherwise a row that counts the missing. Exit status 1 when a cell failed or
-    left no results, or none left anything. Also returns the records the text is made of
+    a row even where its job left nothing (it died before pytest: "no results"). ``pipeline``: the
+    merge job's pipeline ID (``CI_PIPELINE_ID``; "" where unknown), None outside CI. A pipeline's
+    cells (in the merge job, or merged elsewhere: they recorded ``of``) are judged by the count
+    they recorded, as a fork may have given its cell job a matrix of its own that the description
+    here does not know; the described cells name the missing only where they agree with that
+    count, or where no cell recorded one, and a job that left nothing is otherwise a row that
+    counts the missing. Cells another pipeline left are not this one's. Exit status 1 when a cell
+    failed or left no results, or none left anything. Also returns the records the text is made of
     (``--json`` keeps them)."""
     found = {path.name for path in cells.iterdir() if path.is_dir()} if cells.is_dir() else set()
     written = {name: json.loads((cells / name / CELL_FILE).read_text()) for name in found
                if (cells / name / CELL_FILE).exists()}  # fmt: skip
-    total = max((cell.get("of", 0) for cell in written.values()), default=0)
+    # another pipeline's, left in a workspace that was not cleaned
+    found -= {name for name, cell in written.items() if pipeline and cell.get("pipeline") not in ("", None, pipeline)}
+    total = max((cell.get("of", 0) for name, cell in written.items() if name in found), default=0)
+    in_pipeline = pipeline is not None or total > 0  # or a pipeline's cells, merged elsewhere
     described = {cell.name for cell in expected or []}
-    if not in_pipeline or (found <= described and total == len(described)):
+    if not in_pipeline or (found and not total) or (found <= described and total == len(described)):
         found |= described
     names = sorted(found)
     records: list[dict[str, Any]] = []
