@@ -258,6 +258,29 @@ def test_no_qemu_left_after_pytest_ends(
         assert _leftovers(tmp_path) == []
 
 
+def test_a_second_sigterm_lets_the_teardown_the_first_began_go_on(capfd: pytest.CaptureFixture[str]) -> None:
+    """The first SIGTERM (or SIGHUP) stops the run as Ctrl-C does; one more, while the run tears
+    down (a second `kill`, a CI runner's cancel), is let go by with a line on stderr. Before, it
+    raised in the middle of that teardown: killed twice mid-way through the posix family, the run
+    stopped waiting for its workers and left its run directory behind."""
+    from fixtures.plugin import _stop_like_ctrl_c
+
+    kept = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
+        signal.signal(signal.SIGHUP, _stop_like_ctrl_c)
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(0.1)  # had either raised, the test would have ended here
+        assert capfd.readouterr().err.count("already stopping; teardown goes on") == 2
+    finally:
+        for signum, handler in kept.items():
+            signal.signal(signum, handler)
+
+
 def test_a_killed_xdist_worker_leaves_nothing(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
     """One worker is SIGKILLed mid-case: its QEMU dies with it (PR_SET_PDEATHSIG) and the controller,
     which owns the run directory, removes that worker's sockets and exports at the end."""
