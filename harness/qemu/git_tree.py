@@ -55,9 +55,9 @@ if table and os.path.exists(ui_json):
     rows = list(csv.reader(open(table[0], newline="")))
     column = rows[0].index("QEMU QKeyCode")
     unknown = [row for row in rows[1:] if len(row) > column and row[column] and row[column].lower() not in known]
-    for row in unknown if known else []:
-        row[column] = ""
     if known and unknown:
+        for row in unknown:
+            row[column] = ""
         digest = hashlib.sha256(repr(rows).encode()).hexdigest()[:12]
         copy = os.path.join(here, f"keymaps-{{digest}}.csv")  # in the tree: it goes with the build
         part = f"{{copy}}.{{os.getpid()}}.part"  # ninja runs several of these at once
@@ -109,13 +109,16 @@ def fill_in(tree: Path, donor: Path | None) -> list[Path]:
 def unmanaged(tree: Path) -> list[Path]:
     """The places of :data:`BORROWED` in ``tree`` that git does not manage: not checked out as a
     submodule (no ``.git`` in them), so filled in by the harness or by hand."""
-    return [place for name in BORROWED for place in _places(tree, name) if not (place / ".git").exists()]
+    return [place for place in _borrowed_places(tree) if not (place / ".git").exists()]
 
 
 def lacking(tree: Path) -> list[Path]:
     """Where ``tree`` wants one of :data:`BORROWED` and has none (absent, or an empty directory)."""
-    places = [place for name in BORROWED for place in _places(tree, name)]
-    return [place for place in places if not place.is_dir() or not any(place.iterdir())]
+    return [place for place in _borrowed_places(tree) if not place.is_dir() or not any(place.iterdir())]
+
+
+def _borrowed_places(tree: Path) -> list[Path]:
+    return [place for name in BORROWED for place in _places(tree, name)]
 
 
 def _places(tree: Path, name: str) -> list[Path]:

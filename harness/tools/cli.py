@@ -477,10 +477,7 @@ def _described_matrix(args: argparse.Namespace) -> int:
         return pipeline.run_cell(description, cell, binary, out, pipeline.node_total(), artifact=True)
     if args.merge:
         expected = description.matrix(args.described) if args.described else None
-        in_ci = pipeline.node_total() is not None
-        text, status, records = pipeline.merge(
-            Path(args.merge), expected, os.environ.get("CI_PIPELINE_ID", "") if in_ci else None
-        )
+        text, status, records = pipeline.merge(Path(args.merge), expected, pipeline.ci_pipeline())
         print(text)
         if args.json:
             Path(args.json).write_text(json.dumps(records, indent=1) + "\n")

@@ -145,6 +145,12 @@ def node_total() -> int | None:
     return int(total) if total.isdigit() else None
 
 
+def ci_pipeline() -> str | None:
+    """The ID of the CI pipeline this job runs in (GitLab's ``CI_PIPELINE_ID``; "" where a CI does
+    not say), or None outside CI (:func:`node_total`)."""
+    return os.environ.get("CI_PIPELINE_ID", "") if node_total() is not None else None
+
+
 def run_cell(
     description: Description, cell: Cell, binary: Path, cells: Path, of: int | None = None, artifact: bool = False
 ) -> int:
@@ -161,7 +167,7 @@ def run_cell(
     out.mkdir(parents=True)
     known: dict[str, Any] = {"qemu": cell.qemu, "family": cell.family, "rounds": cell.rounds}
     if of:
-        known |= {"of": of, "pipeline": os.environ.get("CI_PIPELINE_ID", "")}
+        known |= {"of": of, "pipeline": ci_pipeline() or ""}
     (out / CELL_FILE).write_text(json.dumps(known, indent=1) + "\n")
     if artifact:
         build.ensure_runtime()
