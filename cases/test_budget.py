@@ -57,17 +57,17 @@ def clones(p9: Session, fid: int, first: int, count: int) -> list[int]:
 @pytest.mark.slow
 @pytest.mark.fresh_qemu
 @pytest.mark.qemu_bug(
-    fixed_in=versions.MAX_XATTR,
+    fixed_in=versions.XATTR_FID_LIMIT,
     reason="v9fs_xattrcreate() allocates the value size each Txattrcreate announces (up to 64 KiB) and keeps "
     "it until the fid is clunked, with no limit on how many such fids a client holds: 4096 of them pin "
-    "256 MiB of QEMU's memory for a few hundred KiB of requests (fixed by the max_xattr option, 1024 by "
-    "default: 693b296b17)",
+    "256 MiB of QEMU's memory for a few hundred KiB of requests (fixed by a limit of 1024, CVE-2026-8348: "
+    "693b296b17; the max_xattr option came after it)",
 )
 @case_path("budget/xattr_fids", backends=["local"])
 def test_xattr_fids_pin_bounded_memory(place: Place, device: Device) -> None:
-    """4096 fids each announce a 64 KiB xattr value and never write it. Bound: what the default
-    max_xattr lets a client hold (1024 values of 64 KiB: 64 MiB) plus SLACK; the fids past it are
-    refused (ENOSPC). Everything is given back at Tclunk."""
+    """4096 fids each announce a 64 KiB xattr value and never write it. Bound: what the limit lets
+    a client hold (1024 values of 64 KiB: 64 MiB; max_xattr's default, where QEMU has the option)
+    plus SLACK; the fids past it are refused (ENOSPC). Everything is given back at Tclunk."""
     p9 = place.session
     place.host_path("f").write_bytes(b"x")
     file = p9.walk_fid(place.fid, ["f"])

@@ -237,10 +237,11 @@ def test_wstat_cannot_change_the_type(place: Place, dialect: str) -> None:
 
 @pytest.mark.qemu_bug(**WSTAT_SYNC_EMPTY_REPLY, when={"opened": "open"}, raises=P9ProtocolError)
 @pytest.mark.qemu_bug(
-    fixed_in=versions.FID_HANDLE_CHECK,
+    fixed_in=versions.FSYNC_HANDLE_CHECK_LOCAL,
     when={"opened": "not_open"},
     reason="v9fs_wstat()'s sync path calls fsync on a fid with no open file, which on local runs on "
-    "fd 0 (EINVAL) instead of refusing the fid with EBADF (fixed by 75893c058b)",
+    "fd 0 (EINVAL) instead of refusing the fid with EBADF (fixed by 32cae47c33's check, and on local by "
+    "75893c058b's descriptor -1 too)",
     raises=UnexpectedReply,
 )
 @DOTU

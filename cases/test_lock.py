@@ -70,17 +70,18 @@ def test_lock_conflict_between_fids(place: Place) -> None:
 
 
 @pytest.mark.qemu_bug(
-    fixed_in=versions.FID_HANDLE_CHECK,
+    fixed_in=versions.LOCK_HANDLE_CHECK,
     when={"backend": "synth"},
     reason="v9fs_lock()/v9fs_getlock() call the backend's fstat without checking that the fid was "
     "opened; synth_fstat() dereferences the missing open state: QEMU dies of SIGSEGV",
     raises=QEMUExited,
 )
 @pytest.mark.qemu_bug(
-    fixed_in=versions.FID_HANDLE_CHECK,
+    fixed_in=versions.LOCK_HANDLE_CHECK_LOCAL,
     when={"backend": "local"},
     reason="v9fs_lock()/v9fs_getlock() never check that the fid was opened: a lock on a walked, "
-    "unopened fid is granted",
+    "unopened fid is granted (local's fstat of fd 0; fixed by c3aa2491cd's check, and on local by "
+    "75893c058b's descriptor -1 too)",
 )
 @case_path("lock/unopened_fid/{message}", message=["Tlock", "Tgetlock"])
 def test_lock_on_an_unopened_fid(attached: Session, device: Device, message: str) -> None:

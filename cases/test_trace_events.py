@@ -28,13 +28,15 @@ def test_trace_events_describe_requests(place: Place, device: Device, qemu_under
     opened = p9.lopen(newfid, os.O_RDONLY | os.O_DIRECTORY)
     p9.clunk(newfid)
     out = device.machine.output_since(mark)
-    named = versions.has(qemu_under_test.probe.version, versions.TRACE_NAMES)
+    version = qemu_under_test.probe.version
+    named = versions.has(version, versions.TRACE_WALK_NAMES)  # each event's format changed in its own commit
     sep = "=" if named else " "
     assert re.search(rf"v9fs_walk tag{sep}\d+ id{sep}110 fid{sep}{place.fid} newfid{sep}{newfid} nwnames{sep}0", out), (
         out
     )
     if named:
         assert "wnames={}" in out, out
+    sep = "=" if versions.has(version, versions.TRACE_OPEN_FLAGS) else " "
     opening = rf"v9fs_open tag{sep}\d+ id{sep}12 fid{sep}{newfid} mode{sep}{os.O_RDONLY | os.O_DIRECTORY}"
     assert re.search(opening, out), out
     q = opened.qid
@@ -59,7 +61,7 @@ FLAG_WORDS = {
     "O_DIRECTORY: every directory open is traced as RDONLY|DIRECTORY|TMPFILE",
     upstream="trace-tmpfile",
 )
-@pytest.mark.qemu_feature("trace_names")
+@pytest.mark.qemu_feature("trace_open_flags")
 @pytest.mark.qemu_args("-trace", "enable=v9fs_open")
 @case_path("trace/open_flags/{flags}", backends=["local"], flags=list(FLAG_WORDS))
 def test_trace_names_the_open_flags(place: Place, device: Device, flags: str) -> None:

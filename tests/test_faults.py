@@ -431,7 +431,7 @@ SANITIZED = textwrap.dedent(
 def test_sanitizer_report_fails_the_case(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
     """A sanitizer report in QEMU's output during a case that passed fails it, with the report in
     its artefacts; the next case is not blamed."""
-    if not versions.has(qemu_under_test.probe.version, versions.TRACE_NAMES):
+    if not versions.has(qemu_under_test.probe.version, versions.TRACE_WALK_NAMES):
         pytest.skip(f"QEMU {qemu_under_test.probe.version} traces no walk names to inject a report with")
     proc = run_pytest(tmp_path, qemu_under_test, source=SANITIZED)
     out, _ = proc.communicate(timeout=60)

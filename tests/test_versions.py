@@ -78,10 +78,28 @@ def test_a_source_that_holds_a_fix_has_it_whatever_its_number_says() -> None:
     assert not versions.has("11.0.3", drain)
     assert versions.has(versions.Version("11.0.3", [*drain.subjects, "an unrelated commit"]), drain)
     assert not versions.has(versions.Version("11.0.3", ["an unrelated commit"]), drain)
-    handles = versions.FID_HANDLE_CHECK
-    assert len(handles.subjects) == 3
-    assert not versions.has(versions.Version("10.2.4", handles.subjects[:2]), handles)
-    assert versions.has(versions.Version("10.2.4", handles.subjects), handles)
+    xattr = versions.MAX_XATTR
+    assert len(xattr.subjects) == 3
+    assert not versions.has(versions.Version("10.2.4", xattr.subjects[:2]), xattr)
+    assert versions.has(versions.Version("10.2.4", xattr.subjects), xattr)
+
+
+def test_a_behaviour_either_of_two_fixes_brings_is_had_with_either() -> None:
+    """On local a lock on an unopened fid is EBADF with the check before fstat, or with local's
+    descriptor -1 alone (a build between 10.0.11 and 10.0.12 with only 75893c058b showed it); on
+    synth only the check does it."""
+    check, hardening = versions.LOCK_HANDLE_CHECK, versions.LOCAL_FID_FD_CHECK
+    either = versions.LOCK_HANDLE_CHECK_LOCAL
+    assert either.alternatives == (check, hardening) and tuple(either) == ("10.0.12", "11.0.3", "11.1.0")
+    only_hardening = versions.Version("10.0.11", hardening.subjects)
+    assert versions.has(only_hardening, either) and not versions.has(only_hardening, check)
+    assert versions.has(versions.Version("10.0.11", check.subjects), either)
+    assert not versions.has(versions.Version("10.0.11", versions.FSYNC_HANDLE_CHECK.subjects), either)
+    assert versions.has("10.0.12", either) and not versions.has("10.0.11", either) and versions.has("11.1.50", either)
+    assert versions.by_history(only_hardening, either) and not versions.by_history(versions.Version("11.1.0"), either)
+    # the ones either() makes name no commit of their own: a run's label names the changes it holds
+    assert "LOCK_HANDLE_CHECK_LOCAL" not in versions.CHANGES and "LOCAL_FID_FD_CHECK" in versions.CHANGES
+    assert versions.label(only_hardening) == "10.0.11 (+LOCAL_FID_FD_CHECK)"
 
 
 def test_a_history_only_adds() -> None:
@@ -119,7 +137,7 @@ def test_a_known_bug_follows_the_source() -> None:
 
 def test_every_change_names_its_commits() -> None:
     assert versions.CHANGES and all(change.subjects for change in versions.CHANGES.values())
-    assert "TRACE_NAMES" in versions.CHANGES and "UNPLUG_DRAIN" in versions.CHANGES
+    assert "TRACE_WALK_NAMES" in versions.CHANGES and "UNPLUG_DRAIN" in versions.CHANGES
 
 
 def test_the_releases_and_the_commits_of_every_change_agree_on_every_release_since_7_2() -> None:

@@ -42,9 +42,10 @@ UNKNOWN_TYPES = (0, 1, 2, 5, 6, 99, 106, 150, 255)
 #: each of these. Every difference between the recordings must be explained here (a self-test).
 CHANGED_BY: dict[str, tuple[tuple[str, ...], ...]] = {
     # a size field off by one still decodes; the open directory fid then meets the handle check
-    "Tlock": (versions.FID_HANDLE_CHECK,),
-    "Tgetlock": (versions.FID_HANDLE_CHECK,),
-    "Tfsync": (versions.FID_HANDLE_CHECK,),
+    # (on synth, where the catalogue runs, each message's own: local's descriptor -1 is not there)
+    "Tlock": (versions.LOCK_HANDLE_CHECK,),
+    "Tgetlock": (versions.LOCK_HANDLE_CHECK,),
+    "Tfsync": (versions.FSYNC_HANDLE_CHECK,),
     "Trenameat": (versions.SYNTH_RENAMEAT,),
 }
 

@@ -27,11 +27,21 @@ class Change(tuple[str, ...]):
     it (``subjects``: a backport keeps them)."""
 
     subjects: tuple[str, ...]
+    #: the changes any one of which brings the behaviour (made by :func:`either`); () for one change
+    alternatives: tuple[Change, ...]
 
     def __new__(cls, releases: tuple[str, ...], *subjects: str) -> Change:
         made = super().__new__(cls, releases)
-        made.subjects = subjects
+        made.subjects, made.alternatives = subjects, ()
         return made
+
+
+def either(*changes: Change) -> Change:
+    """A behaviour that each of ``changes`` brings on its own: a version has it when it has any of
+    them, by its number (the releases of all of them) or by its source."""
+    made = Change(tuple(dict.fromkeys(release for change in changes for release in change)))
+    made.alternatives = changes
+    return made
 
 
 class Version(str):
@@ -52,10 +62,13 @@ class Version(str):
 KNOWN = ("7.2.22", "10.0.13", "11.1.50")
 
 # Behaviour that changed by design, named by the releases that first have the new one.
-#: 9pfs trace events name open flags (v9fs_open "...(RDONLY|DIRECTORY)") and walk names
-#: (v9fs_walk "wnames={a, b}"): 9a0dd4b3e4, 0ad7cb925e
-TRACE_NAMES = Change(("10.0.0",), "9pfs: improve v9fs_open() tracing", "9pfs: improve v9fs_walk() tracing")
+#: the v9fs_walk trace event names the walk's names (``fid=1 ... wnames={a, b}``, "=" after each
+#: field where it had a space): 0ad7cb925e
+TRACE_WALK_NAMES = Change(("10.0.0",), "9pfs: improve v9fs_walk() tracing")
+#: the v9fs_open trace event names the open flags (``mode=65536(RDONLY|DIRECTORY)``, "=" likewise): 9a0dd4b3e4
+TRACE_OPEN_FLAGS = Change(("10.0.0",), "9pfs: improve v9fs_open() tracing")
 #: the max_xattr fsdev option; the synth tree's stat/xattr_count; xattrs on synth pretend to work
+#: (the limit itself came before them, on its own: XATTR_FID_LIMIT)
 MAX_XATTR = Change(
     ("10.0.12", "11.0.3", "11.1.0"),
     "hw/9pfs: add max_xattr option",
@@ -77,14 +90,22 @@ MAPPED_NATIVE_SYMLINK = Change(("11.0.0",), "9pfs: local: read native symlinks w
 
 # Fixes, named by the releases that carry them. Known-bug markers (``qemu_bug(fixed_in=...)``) and
 # the malformed catalogue's expected outcomes both read these: one rule decides what a version has.
-#: Tlock, Tgetlock, Tfsync and Twstat's sync path check that the fid has an open handle (EBADF; on
-#: synth always EBADF): c3aa2491cd, 32cae47c33, 75893c058b
-FID_HANDLE_CHECK = Change(
-    ("10.0.12", "11.0.3", "11.1.0"),
-    "hw/9pfs: fix invalid union access by v9fs_co_fstat()",
-    "hw/9pfs: fix invalid union access by v9fs_co_fsync()",
-    "hw/9pfs/local: harden local_fid_fd() on FID types",
-)
+#: Txattrwalk and Txattrcreate are refused (ENOSPC) while 1024 xattr fids are held (CVE-2026-8348;
+#: MAX_XATTR's option, which came after it, sets the number; a backport may take the limit alone): 693b296b17
+XATTR_FID_LIMIT = Change(("10.0.12", "11.0.3", "11.1.0"), "hw/9pfs: add xattr FID limit to prevent memory exhaustion")
+#: Tlock and Tgetlock check that the fid has an open handle (EBADF; on synth always EBADF): c3aa2491cd
+LOCK_HANDLE_CHECK = Change(("10.0.12", "11.0.3", "11.1.0"), "hw/9pfs: fix invalid union access by v9fs_co_fstat()")
+#: Tfsync and Twstat's sync path (every field "don't touch") check the same: 32cae47c33
+FSYNC_HANDLE_CHECK = Change(("10.0.12", "11.0.3", "11.1.0"), "hw/9pfs: fix invalid union access by v9fs_co_fsync()")
+#: local's descriptor of a fid that is neither an open file nor an open directory is -1 (EBADF),
+#: not whatever the fid's open state held (0, or an xattr fid's length): 75893c058b
+LOCAL_FID_FD_CHECK = Change(("10.0.12", "11.0.3", "11.1.0"), "hw/9pfs/local: harden local_fid_fd() on FID types")
+#: On local, either of its two fixes answers a lock on a fid with no open handle EBADF: the check
+#: before the backend's fstat, or the backend's fstat of descriptor -1. A build may carry one
+#: without the other (each went in as a commit of its own).
+LOCK_HANDLE_CHECK_LOCAL = either(LOCK_HANDLE_CHECK, LOCAL_FID_FD_CHECK)
+#: On local, the same of Tfsync and Twstat's sync path: the check, or fsync() of descriptor -1.
+FSYNC_HANDLE_CHECK_LOCAL = either(FSYNC_HANDLE_CHECK, LOCAL_FID_FD_CHECK)
 #: Tversion caps msize at the transport's limit: bb5ab96e35
 MSIZE_CAP = Change(
     ("10.0.12", "11.0.3", "11.1.0"),
@@ -155,7 +176,11 @@ def has(version: str, releases: Sequence[str]) -> bool:
 
 def in_history(version: str, releases: Sequence[str]) -> bool:
     """Whether ``version``'s source holds every commit of the change ``releases`` (a change that
-    names none, or a version whose source is not known: no)."""
+    names none, or a version whose source is not known: no); of a change made by :func:`either`,
+    those of any one of its alternatives."""
+    alternatives = getattr(releases, "alternatives", ())
+    if alternatives:
+        return any(in_history(version, alternative) for alternative in alternatives)
     subjects = getattr(releases, "subjects", ())
     return bool(subjects) and getattr(version, "history", frozenset()).issuperset(subjects)
 
@@ -198,5 +223,7 @@ def describe(releases: Sequence[str]) -> str:
     return f"fixed in {', '.join(releases)}" if releases else "no fix known"
 
 
-#: every change above, by name
-CHANGES = {name: value for name, value in dict(globals()).items() if isinstance(value, Change)}
+#: every change above, by name (not the ones :func:`either` makes of them: no commit of their own)
+CHANGES = {
+    name: value for name, value in dict(globals()).items() if isinstance(value, Change) and not value.alternatives
+}
