@@ -182,6 +182,21 @@ def test_the_run_s_header_says_how_it_knows_what_qemu_has() -> None:
     assert "beyond" not in _what_it_has(versions.Version("11.1.0", versions.UNPLUG_DRAIN.subjects))
 
 
+def test_a_source_that_holds_part_of_a_change_is_named_in_the_header() -> None:
+    """A backport of one commit of a change of several (FD_SETATTR's ftruncate without its futimens)
+    is judged as lacking it, and the run says so; a whole change, or one its number gives, is not."""
+    from fixtures.plugin import _what_it_has
+
+    ftruncate, futimens = versions.FD_SETATTR.subjects
+    backport = versions.Version("10.0.13", [ftruncate, "hw/9pfs: another"])
+    assert versions.in_part(backport) == {"FD_SETATTR": (futimens,)}
+    assert not versions.has(backport, versions.FD_SETATTR)
+    assert f"it holds part of FD_SETATTR (lacks {futimens}), judged as lacking each" in _what_it_has(backport)
+    assert versions.in_part(versions.Version("10.0.13", versions.FD_SETATTR.subjects)) == {}
+    assert versions.in_part(versions.Version("10.1.0", [ftruncate])) == {}  # its number gives it whole
+    assert "part of" not in _what_it_has(versions.Version("10.0.13", [ftruncate, futimens]))
+
+
 def test_a_table_of_runs_tells_a_release_from_a_tree_past_it() -> None:
     assert versions.label("11.0.3") == "11.0.3" and versions.label(versions.Version("11.1.0", ["x"])) == "11.1.0"
     staging = versions.Version("11.0.3", [*versions.UNPLUG_DRAIN.subjects, *versions.READONLY_DOTU_OPEN.subjects])

@@ -196,6 +196,18 @@ def beyond_number(version: str) -> dict[str, Change]:
     return {name: change for name, change in CHANGES.items() if by_history(version, change)}
 
 
+def in_part(version: str) -> dict[str, tuple[str, ...]]:
+    """The changes of this module that ``version``'s source holds some commits of but not all, and
+    its number does not give: by name, the commits it lacks. Such a build is judged as lacking the
+    change, which it may not wholly do (a backport of one commit of several)."""
+    history: frozenset[str] = getattr(version, "history", frozenset())
+    return {
+        name: tuple(s for s in change.subjects if s not in history)
+        for name, change in CHANGES.items()
+        if history.intersection(change.subjects) and not has(version, change)
+    }
+
+
 def label(version: str) -> str:
     """``version`` as a table of runs names it: its number, and the changes its source holds beyond
     it (``11.0.3 (+UNPLUG_DRAIN)``), so that a release and a tree past it are told apart."""
