@@ -34,7 +34,7 @@ KIB = 1024
 SLACK_KIB = 24 * KIB
 #: ASan and TSan pad every allocation and keep shadow memory: a per-object bound times this
 SANITIZER_OVERHEAD = 4
-#: V9FS_MAX_XATTR_DEFAULT: the xattr fids a client may hold at once since the max_xattr fix
+#: V9FS_MAX_XATTR_DEFAULT: the xattr fids a client may hold at once since the limit (versions.XATTR_FID_LIMIT)
 XATTR_FIDS_ALLOWED = 1024
 XATTR_SIZE = 64 * KIB  # XATTR_SIZE_MAX: the largest value a Txattrcreate may announce
 

@@ -240,8 +240,8 @@ def test_wstat_cannot_change_the_type(place: Place, dialect: str) -> None:
     fixed_in=versions.FSYNC_HANDLE_CHECK_LOCAL,
     when={"opened": "not_open"},
     reason="v9fs_wstat()'s sync path calls fsync on a fid with no open file, which on local runs on "
-    "fd 0 (EINVAL) instead of refusing the fid with EBADF (fixed by 32cae47c33's check, and on local by "
-    "75893c058b's descriptor -1 too)",
+    "fd 0 (EINVAL) instead of refusing the fid with EBADF (fixed by either: 32cae47c33's check, or on local "
+    "75893c058b's descriptor -1)",
     raises=UnexpectedReply,
 )
 @DOTU

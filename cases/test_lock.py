@@ -80,8 +80,8 @@ def test_lock_conflict_between_fids(place: Place) -> None:
     fixed_in=versions.LOCK_HANDLE_CHECK_LOCAL,
     when={"backend": "local"},
     reason="v9fs_lock()/v9fs_getlock() never check that the fid was opened: a lock on a walked, "
-    "unopened fid is granted (local's fstat of fd 0; fixed by c3aa2491cd's check, and on local by "
-    "75893c058b's descriptor -1 too)",
+    "unopened fid is granted (local's fstat() of fd 0; fixed by either: c3aa2491cd's check, or on local "
+    "75893c058b's descriptor -1)",
 )
 @case_path("lock/unopened_fid/{message}", message=["Tlock", "Tgetlock"])
 def test_lock_on_an_unopened_fid(attached: Session, device: Device, message: str) -> None:

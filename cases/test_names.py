@@ -49,8 +49,8 @@ def check(mirror: Mirror, row: NameOp, boundary: str) -> None:
 @pytest.mark.qemu_bug(
     fixed_in=versions.FSYNC_HANDLE_CHECK_LOCAL,
     reason="v9fs_wstat()'s sync path calls fsync on a fid with no open file, which on local runs on fd 0 (EINVAL) "
-    "instead of refusing the fid with EBADF (fixed by 32cae47c33's check, and on local by 75893c058b's "
-    "descriptor -1 too)",
+    "instead of refusing the fid with EBADF (fixed by either: 32cae47c33's check, or on local 75893c058b's "
+    "descriptor -1)",
     raises=UnexpectedReply,
     when={"op": "dotu/wstat", "boundary": "empty"},
 )

@@ -46,5 +46,5 @@ def test_statfs_synth(place: Place, qemu_under_test: QemuUnderTest) -> None:
     p9 = place.session
     reply = p9.statfs(place.fid)
     assert (reply.type, reply.bsize, reply.namelen) == (0xABCD, 512 * factor(p9.msize, 512), 255)
-    stat_nodes = 2 if versions.has(qemu_under_test.probe.version, versions.MAX_XATTR) else 0
+    stat_nodes = 2 if versions.has(qemu_under_test.probe.version, versions.SYNTH_XATTR_COUNT) else 0
     assert reply.files == ROOT.descendants() + stat_nodes  # synth_node_count: every node but the root

@@ -114,7 +114,7 @@ def test_use_after_unlink(place: Place, qemu_under_test: QemuUnderTest) -> None:
         p9.getattr(walked)
     for fid in (walked, dfid):
         p9.clunk(fid)
-    if versions.has(qemu_under_test.probe.version, versions.FD_SETATTR):  # as upstream's case checks since then
+    if versions.has(qemu_under_test.probe.version, versions.FD_TRUNCATE):  # as upstream's case checks since then
         truncate_after_unlink(place, opened)
     else:  # pinned by unlinked_open_file/truncate, a known bug before
         p9.clunk(opened)
@@ -144,7 +144,7 @@ def test_getattr_after_unlink(place: Place) -> None:
 
 
 @pytest.mark.qemu_bug(
-    fixed_in=versions.FD_SETATTR,
+    fixed_in=versions.FD_TRUNCATE,
     reason="v9fs_setattr() truncates by path (v9fs_co_truncate), and the path is gone: ENOENT; since "
     "10.1 an fid with an open handle is truncated with ftruncate() (upstream's use_after_unlink checks it)",
     raises=P9Rlerror,

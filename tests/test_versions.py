@@ -90,7 +90,8 @@ def test_a_behaviour_either_of_two_fixes_brings_is_had_with_either() -> None:
     synth only the check does it."""
     check, hardening = versions.LOCK_HANDLE_CHECK, versions.LOCAL_FID_FD_CHECK
     either = versions.LOCK_HANDLE_CHECK_LOCAL
-    assert either.alternatives == (check, hardening) and tuple(either) == ("10.0.12", "11.0.3", "11.1.0")
+    assert [a is b for a, b in zip(either.alternatives, (check, hardening), strict=True)] == [True, True]
+    assert tuple(either) == ("10.0.12", "11.0.3", "11.1.0")
     only_hardening = versions.Version("10.0.11", hardening.subjects)
     assert versions.has(only_hardening, either) and not versions.has(only_hardening, check)
     assert versions.has(versions.Version("10.0.11", check.subjects), either)
@@ -100,6 +101,12 @@ def test_a_behaviour_either_of_two_fixes_brings_is_had_with_either() -> None:
     # the ones either() makes name no commit of their own: a run's label names the changes it holds
     assert "LOCK_HANDLE_CHECK_LOCAL" not in versions.CHANGES and "LOCAL_FID_FD_CHECK" in versions.CHANGES
     assert versions.label(only_hardening) == "10.0.11 (+LOCAL_FID_FD_CHECK)"
+    # alternatives of other releases: the first release of each branch, none past a mainline one
+    drain_or_paths = versions.either(versions.UNPLUG_DRAIN, versions.LONG_PATHS)
+    assert tuple(drain_or_paths) == ("10.0.11", "10.2.4", "11.0.2", "11.1.0")
+    assert tuple(versions.either(versions.FD_TRUNCATE, versions.LONG_PATHS)) == ("10.0.11", "10.1.0")
+    with pytest.raises(ValueError, match="fewer than two"):
+        versions.either(check)
 
 
 def test_a_history_only_adds() -> None:
@@ -189,12 +196,18 @@ def test_a_source_that_holds_part_of_a_change_is_named_in_the_header() -> None:
 
     ftruncate, futimens = versions.FD_SETATTR.subjects
     backport = versions.Version("10.0.13", [ftruncate, "hw/9pfs: another"])
-    assert versions.in_part(backport) == {"FD_SETATTR": (futimens,)}
-    assert not versions.has(backport, versions.FD_SETATTR)
-    assert f"it holds part of FD_SETATTR (lacks {futimens}), judged as lacking each" in _what_it_has(backport)
+    assert versions.in_part(backport) == {"FD_SETATTR": ((ftruncate,), (futimens,))}
+    assert not versions.has(backport, versions.FD_SETATTR) and versions.has(backport, versions.FD_TRUNCATE)
+    said = _what_it_has(backport)
+    assert said.endswith(
+        f"beyond its number it holds FD_TRUNCATE ({ftruncate}). It holds only some commits of FD_SETATTR (has: "
+        f"{ftruncate}; lacks: {futimens}): the run treats it as lacking each such change, so a case that sees what "
+        "the held commits do may fail"
+    ), said
+    assert versions.label(backport) == "10.0.13 (+FD_TRUNCATE; part of FD_SETATTR)"
     assert versions.in_part(versions.Version("10.0.13", versions.FD_SETATTR.subjects)) == {}
     assert versions.in_part(versions.Version("10.1.0", [ftruncate])) == {}  # its number gives it whole
-    assert "part of" not in _what_it_has(versions.Version("10.0.13", [ftruncate, futimens]))
+    assert "some commits" not in _what_it_has(versions.Version("10.0.13", [ftruncate, futimens]))
 
 
 def test_a_table_of_runs_tells_a_release_from_a_tree_past_it() -> None:

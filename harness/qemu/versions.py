@@ -36,10 +36,27 @@ class Change(tuple[str, ...]):
         return made
 
 
+@functools.cache  # the tables ask it of every cell: a version is parsed once a process
+def parse(version: str) -> tuple[int, int, int]:
+    """``10.0.13`` -> (10, 0, 13); ``11.1.50`` (a development snapshot) -> (11, 1, 50)."""
+    parts = [int(p) for p in re.findall(r"\d+", version)[:3]]
+    major, minor, patch = [*parts, 0, 0, 0][:3]
+    return major, minor, patch
+
+
 def either(*changes: Change) -> Change:
     """A behaviour that each of ``changes`` brings on its own: a version has it when it has any of
-    them, by its number (the releases of all of them) or by its source."""
-    made = Change(tuple(dict.fromkeys(release for change in changes for release in change)))
+    them, by its number (the first release of each branch among theirs) or by its source."""
+    if len(changes) < 2:
+        raise ValueError("either() of fewer than two changes: name the change itself")
+    first: dict[tuple[int, int], str] = {}
+    for release in (release for change in changes for release in change):
+        branch = parse(release)[:2]
+        if branch not in first or parse(release) < parse(first[branch]):
+            first[branch] = release
+    mainline = min((parse(r) for r in first.values() if parse(r)[2] == 0), default=None)
+    kept = [r for r in first.values() if mainline is None or parse(r) <= mainline]  # later ones have it anyway
+    made = Change(tuple(sorted(kept, key=parse)))
     made.alternatives = changes
     return made
 
@@ -67,11 +84,22 @@ KNOWN = ("7.2.22", "10.0.13", "11.1.50")
 TRACE_WALK_NAMES = Change(("10.0.0",), "9pfs: improve v9fs_walk() tracing")
 #: the v9fs_open trace event names the open flags (``mode=65536(RDONLY|DIRECTORY)``, "=" likewise): 9a0dd4b3e4
 TRACE_OPEN_FLAGS = Change(("10.0.0",), "9pfs: improve v9fs_open() tracing")
-#: the max_xattr fsdev option; the synth tree's stat/xattr_count; xattrs on synth pretend to work
-#: (the limit itself came before them, on its own: XATTR_FID_LIMIT)
+#: the series QEMU's own xattr_limit cases came with: the max_xattr fsdev option, xattrs on synth
+#: that pretend to work, and synth's stat/xattr_count (the limit itself came before them, in a
+#: commit of its own: XATTR_FID_LIMIT): e6116a81f0, 0e3085ddc7, 7e42d569a6
 MAX_XATTR = Change(
     ("10.0.12", "11.0.3", "11.1.0"),
     "hw/9pfs: add max_xattr option",
+    "hw/9pfs: enable xattr (mockup) support for synth fs driver",
+    "hw/9pfs: add xattr count query interface to fs synth driver",
+)
+#: the synth tree's stat/ directory and its stat/xattr_count file: 7e42d569a6
+SYNTH_XATTR_COUNT = Change(
+    ("10.0.12", "11.0.3", "11.1.0"), "hw/9pfs: add xattr count query interface to fs synth driver"
+)
+#: xattrs on synth pretend to work, and stat/xattr_count counts their fids: 0e3085ddc7, 7e42d569a6
+SYNTH_XATTR = Change(
+    ("10.0.12", "11.0.3", "11.1.0"),
     "hw/9pfs: enable xattr (mockup) support for synth fs driver",
     "hw/9pfs: add xattr count query interface to fs synth driver",
 )
@@ -82,7 +110,11 @@ LONG_PATHS = Change(
     ("10.0.11", "10.2.4", "11.0.2", "11.1.0"),
     "hw/9pfs: change V9fsPath.size to size_t and v9fs_path_sprintf() return type",
 )
-#: Tsetattr size and times on an fid with an open handle go to its fd (ftruncate, futimens)
+#: Tsetattr's size on a fid with an open handle goes to its descriptor (ftruncate): 0c798dd523
+FD_TRUNCATE = Change(("10.1.0",), "9pfs: Introduce ftruncate file op")
+#: Tsetattr's size and times on a fid with an open handle both go to its descriptor (ftruncate,
+#: futimens): the model judges the two together (fixtures/deviations.py SETATTR_BY_PATH), so a
+#: build with one of them is judged as having neither: 0c798dd523, 371a269ff8
 FD_SETATTR = Change(("10.1.0",), "9pfs: Introduce ftruncate file op", "9pfs: Introduce futimens file op")
 #: under a mapped security model, Treadlink of a symlink the host made reads it (readlinkat on
 #: O_NOFOLLOW's ELOOP) instead of answering ELOOP: 22296f2db9
@@ -98,7 +130,7 @@ LOCK_HANDLE_CHECK = Change(("10.0.12", "11.0.3", "11.1.0"), "hw/9pfs: fix invali
 #: Tfsync and Twstat's sync path (every field "don't touch") check the same: 32cae47c33
 FSYNC_HANDLE_CHECK = Change(("10.0.12", "11.0.3", "11.1.0"), "hw/9pfs: fix invalid union access by v9fs_co_fsync()")
 #: local's descriptor of a fid that is neither an open file nor an open directory is -1 (EBADF),
-#: not whatever the fid's open state held (0, or an xattr fid's length): 75893c058b
+#: not whatever the fid's open state held (0, or an xattr fid's count of bytes written so far): 75893c058b
 LOCAL_FID_FD_CHECK = Change(("10.0.12", "11.0.3", "11.1.0"), "hw/9pfs/local: harden local_fid_fd() on FID types")
 #: On local, either of its two fixes answers a lock on a fid with no open handle EBADF: the check
 #: before the backend's fstat, or the backend's fstat of descriptor -1. A build may carry one
@@ -153,14 +185,6 @@ UNPLUG_DRAIN = Change(
 )
 
 
-@functools.cache  # the tables ask it of every cell: a version is parsed once a process
-def parse(version: str) -> tuple[int, int, int]:
-    """``10.0.13`` -> (10, 0, 13); ``11.1.50`` (a development snapshot) -> (11, 1, 50)."""
-    parts = [int(p) for p in re.findall(r"\d+", version)[:3]]
-    major, minor, patch = [*parts, 0, 0, 0][:3]
-    return major, minor, patch
-
-
 def has(version: str, releases: Sequence[str]) -> bool:
     """Whether ``version`` carries the fix or change that first shipped in ``releases``: by its
     number, or (a :class:`Version` with a history, ``releases`` a :class:`Change`) by its source."""
@@ -196,23 +220,28 @@ def beyond_number(version: str) -> dict[str, Change]:
     return {name: change for name, change in CHANGES.items() if by_history(version, change)}
 
 
-def in_part(version: str) -> dict[str, tuple[str, ...]]:
-    """The changes of this module that ``version``'s source holds some commits of but not all, and
-    its number does not give: by name, the commits it lacks. Such a build is judged as lacking the
-    change, which it may not wholly do (a backport of one commit of several)."""
+def in_part(version: str) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """The changes of this module of which ``version``'s source holds some commits but not all (a
+    backport of one commit of several), where its number does not give them: by name, the
+    commits it holds and those it lacks. The run treats such a build as lacking the change."""
     history: frozenset[str] = getattr(version, "history", frozenset())
     return {
-        name: tuple(s for s in change.subjects if s not in history)
+        name: (
+            tuple(s for s in change.subjects if s in history),
+            tuple(s for s in change.subjects if s not in history),
+        )
         for name, change in CHANGES.items()
         if history.intersection(change.subjects) and not has(version, change)
     }
 
 
 def label(version: str) -> str:
-    """``version`` as a table of runs names it: its number, and the changes its source holds beyond
-    it (``11.0.3 (+UNPLUG_DRAIN)``), so that a release and a tree past it are told apart."""
-    beyond = beyond_number(version)
-    return f"{version} (+{', '.join(beyond)})" if beyond else str(version)
+    """``version`` as a table of runs names it: its number, the changes its source holds beyond it,
+    and those it holds part of (``11.0.3 (+UNPLUG_DRAIN; part of FD_SETATTR)``), so that a release
+    and a tree past it are told apart."""
+    beyond, part = ", ".join(beyond_number(version)), ", ".join(in_part(version))
+    said = "; ".join(([f"+{beyond}"] if beyond else []) + ([f"part of {part}"] if part else []))
+    return f"{version} ({said})" if said else str(version)
 
 
 def has_bug(version: str, fixed_in: Sequence[str], introduced_in: Sequence[str] = ()) -> bool:

@@ -1,0 +1,74 @@
+"""The tables' known-bug deviations (fixtures/deviations.py) on the model alone: what each says QEMU
+answers, and which requests a table does not send because QEMU dies of them."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from fixtures.answers import OK, Err
+from fixtures.deviations import readdir_unchecked, readdir_unchecked_kills
+from fixtures.model import RULES, By, Export, Server, Use
+from harness.p9.messages import (
+    Tattach,
+    Tgetattr,
+    Tlcreate,
+    Tlopen,
+    Treaddir,
+    Twalk,
+    Twrite,
+    Txattrcreate,
+    Txattrwalk,
+)
+from harness.p9.wire import Request
+
+NOFID = 0xFFFFFFFF
+
+
+def _model() -> Export:
+    model = Export(Server("passthrough"))
+    steps: list[Request] = [
+        Tattach(fid=0, afid=NOFID, uname="", aname="", n_uname=0),
+        Twalk(fid=0, newfid=1, wnames=[]),
+        Tlcreate(fid=1, name="f", flags=os.O_RDWR, mode=0o644, gid=0),  # 1: an open file
+        Twalk(fid=0, newfid=2, wnames=["f"]),  # 2: walked, not opened
+        Twalk(fid=0, newfid=3, wnames=[]),
+        Tlopen(fid=3, flags=os.O_RDONLY | os.O_DIRECTORY),  # 3: an open directory
+        Txattrwalk(fid=2, newfid=4, name=""),  # 4: an xattr read
+        Twalk(fid=0, newfid=5, wnames=["f"]),
+        Txattrcreate(fid=5, name="user.a", attr_size=4, flags=0),  # 5: an xattr create, nothing written
+        Twalk(fid=0, newfid=6, wnames=["f"]),
+        Txattrcreate(fid=6, name="user.b", attr_size=4, flags=0),
+        Twrite(fid=6, offset=0, data=b"ab"),  # 6: an xattr create, written to
+    ]
+    for step in steps:
+        assert model.apply(step) != Err(errno.EINVAL), step
+    return model
+
+
+def test_a_readdir_before_the_dir_fid_check_is_einval_or_kills_qemu() -> None:
+    """Before READDIR_DIR_FID, v9fs_readdir() looked only for a directory stream in the fid's open
+    state, a union: nothing there (walked, an xattr fid with nothing written) EINVAL; a file's
+    descriptor or an xattr fid's count of bytes written, taken for a DIR*, SIGSEGV. An open
+    directory is never the bug's."""
+    model = _model()
+    uses = {number: model.fids[number].use for number in range(1, 7)}
+    assert uses == {1: Use.FILE, 2: Use.WALKED, 3: Use.DIR, 4: Use.XATTR, 5: Use.XATTR_NEW, 6: Use.XATTR_NEW}
+    answered, kills = {}, set()
+    for number in uses:
+        request = Treaddir(fid=number, offset=0, count=4096)
+        answered[number] = readdir_unchecked(model, request)
+        if readdir_unchecked_kills(model, request):
+            kills.add(number)
+    assert answered == {1: None, 2: Err(errno.EINVAL), 3: None, 4: Err(errno.EINVAL), 5: Err(errno.EINVAL), 6: None}
+    assert kills == {1, 6}
+    assert model.peek(Treaddir(fid=3, offset=0, count=4096)) not in (OK, Err(errno.ENOTDIR))  # a listing
+
+
+def test_a_getattr_before_the_open_fid_fix_goes_by_the_path() -> None:
+    """Tgetattr of an open fid fstat()s its descriptor since GETATTR_OPEN_FID (9.2.0, 9.1.3, 8.2.9,
+    7.2.16); before, it lstat()s the fid's path: the node whose fields its reply is checked against."""
+    rule = RULES[Tgetattr]
+    assert rule.reach(Server("passthrough", version="9.0.4")) is By.PATH
+    assert rule.reach(Server("passthrough", version="9.1.3")) is By.DESCRIPTOR_IF_OPEN
+    assert rule.reach(Server("passthrough", version="7.2.22")) is By.DESCRIPTOR_IF_OPEN
