@@ -7,7 +7,10 @@ import errno
 import os
 
 from fixtures.answers import OK, Err
-from fixtures.deviations import readdir_unchecked, readdir_unchecked_kills
+from fixtures.cells import Verdict
+from fixtures.deviations import READDIR_UNCHECKED, TABLE_BUGS, readdir_unchecked, readdir_unchecked_kills
+from fixtures.footprint import reads
+from fixtures.known import deviating_bugs
 from fixtures.model import RULES, By, Export, Server, Use
 from harness.p9.messages import (
     Tattach,
@@ -15,6 +18,7 @@ from harness.p9.messages import (
     Tlcreate,
     Tlopen,
     Treaddir,
+    Tunlinkat,
     Twalk,
     Twrite,
     Txattrcreate,
@@ -25,8 +29,8 @@ from harness.p9.wire import Request
 NOFID = 0xFFFFFFFF
 
 
-def _model() -> Export:
-    model = Export(Server("passthrough"))
+def _model(version: str = "10.0.13") -> Export:
+    model = Export(Server("passthrough", version=version))
     steps: list[Request] = [
         Tattach(fid=0, afid=NOFID, uname="", aname="", n_uname=0),
         Twalk(fid=0, newfid=1, wnames=[]),
@@ -42,7 +46,7 @@ def _model() -> Export:
         Twrite(fid=6, offset=0, data=b"ab"),  # 6: an xattr create, written to
     ]
     for step in steps:
-        assert model.apply(step) != Err(errno.EINVAL), step
+        assert not isinstance(model.apply(step), Err), step
     return model
 
 
@@ -72,3 +76,36 @@ def test_a_getattr_before_the_open_fid_fix_goes_by_the_path() -> None:
     assert rule.reach(Server("passthrough", version="9.0.4")) is By.PATH
     assert rule.reach(Server("passthrough", version="9.1.3")) is By.DESCRIPTOR_IF_OPEN
     assert rule.reach(Server("passthrough", version="7.2.22")) is By.DESCRIPTOR_IF_OPEN
+
+
+def test_the_readdir_bug_is_a_table_s_on_the_releases_without_its_fix() -> None:
+    """The marker puts READDIR_UNCHECKED on a table's Treaddir cells on 8.1.5 (before 8.2.8), not
+    on 9.0.4 (its backport) nor on another message; a verdict it kills QEMU in is that bug's."""
+    marks = [decorator.mark for decorator in TABLE_BUGS]
+    params = {"message": "readdir", "security_model": "passthrough"}
+    found = deviating_bugs(marks, params, "8.1.5")
+    assert [k.deviation for k in found if k.deviation is READDIR_UNCHECKED] == [READDIR_UNCHECKED]
+    assert all(k.deviation is not READDIR_UNCHECKED for k in deviating_bugs(marks, params, "9.0.4"))
+    assert all(
+        k.deviation is not READDIR_UNCHECKED for k in deviating_bugs(marks, {**params, "message": "read"}, "8.1.5")
+    )
+    (bug,) = [k for k in found if k.deviation is READDIR_UNCHECKED]
+    request = Treaddir(fid=1, offset=0, count=4096)
+    verdict = Verdict("file/readdir", request, Err(errno.ENOTDIR), None, ["a known bug kills QEMU"], killer=bug)
+    assert verdict.outcome() == "known" and verdict.bug() is bug
+    assert "not sent (QEMU dies of it)" in str(verdict)
+    assert Verdict("file/readdir", request, Err(errno.ENOTDIR), None, ["a known bug kills QEMU"]).outcome() == "wrong"
+
+
+def test_a_getattr_of_an_unlinked_open_file_goes_by_version() -> None:
+    """On 9.0.4 the Tgetattr of an open file whose name is gone looks its path up (ENOENT) and
+    depends on that path; on 9.1.3 it stats the descriptor (its node's data)."""
+    answered, reached = {}, {}
+    for version in ("9.0.4", "9.1.3"):
+        model = _model(version)
+        assert model.apply(Tunlinkat(dirfd=0, name="f", flags=0)) == OK
+        request = Tgetattr(fid=1, request_mask=0x7FF)
+        answered[version] = model.peek(request)
+        reached[version] = {kind for kind, _ in reads(model, request)} - {"fid"}
+    assert answered == {"9.0.4": Err(errno.ENOENT), "9.1.3": OK}
+    assert reached == {"9.0.4": {"path"}, "9.1.3": {"data"}}
