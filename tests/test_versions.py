@@ -210,6 +210,19 @@ def test_a_source_that_holds_part_of_a_change_is_named_in_the_header() -> None:
     assert "some commits" not in _what_it_has(versions.Version("10.0.13", [ftruncate, futimens]))
 
 
+def test_a_qemu_older_than_the_model_s_floor_is_told_so() -> None:
+    """7.2.3 predates the CVE-2023-2861 fix the model takes for granted (it opens special files);
+    7.2.4, 8.0.3 and 8.1.0 have it, and so does a 7.2.3 tree whose history holds the commit."""
+    from fixtures.plugin import _below_the_floor
+
+    (said,) = _below_the_floor("7.2.3")
+    assert said.startswith("QEMU 7.2.3 predates SPECIAL_FILES_REFUSED (9pfs: prevent opening special files") and (
+        "fixed in 7.2.4, 8.0.3, 8.1.0" in said
+    )
+    assert _below_the_floor("8.0.2") and not _below_the_floor("8.0.3") and not _below_the_floor("7.2.22")
+    assert not _below_the_floor(versions.Version("7.2.3", versions.SPECIAL_FILES_REFUSED.subjects))
+
+
 def test_a_table_of_runs_tells_a_release_from_a_tree_past_it() -> None:
     assert versions.label("11.0.3") == "11.0.3" and versions.label(versions.Version("11.1.0", ["x"])) == "11.1.0"
     staging = versions.Version("11.0.3", [*versions.UNPLUG_DRAIN.subjects, *versions.READONLY_DOTU_OPEN.subjects])
