@@ -223,6 +223,18 @@ def test_a_qemu_older_than_the_model_s_floor_is_told_so() -> None:
     assert not _below_the_floor(versions.Version("7.2.3", versions.SPECIAL_FILES_REFUSED.subjects))
 
 
+def test_a_regression_is_had_only_after_what_brought_it() -> None:
+    """MKNOD_SPECIAL fixes a regression of the CVE-2023-2861 fix: 7.2.3 has neither (no bug), 7.2.22
+    and 8.2.8 have the regression, 8.2.9 the fix; a marker's own introduced_in wins."""
+    fix = versions.MKNOD_SPECIAL
+    assert fix.regression_of is versions.SPECIAL_FILES_REFUSED
+    assert [versions.has_bug(v, fix) for v in ("7.2.3", "7.2.22", "8.0.2", "8.2.8", "8.2.9", "10.0.13")] == [
+        False, True, False, True, False, False,
+    ]  # fmt: skip
+    assert versions.has_bug("7.2.3", fix, introduced_in=("7.2.0",))
+    assert versions.brought_by(versions.LONG_PATHS) == ()
+
+
 def test_a_table_of_runs_tells_a_release_from_a_tree_past_it() -> None:
     assert versions.label("11.0.3") == "11.0.3" and versions.label(versions.Version("11.1.0", ["x"])) == "11.1.0"
     staging = versions.Version("11.0.3", [*versions.UNPLUG_DRAIN.subjects, *versions.READONLY_DOTU_OPEN.subjects])

@@ -29,10 +29,12 @@ class Change(tuple[str, ...]):
     subjects: tuple[str, ...]
     #: the changes any one of which brings the behaviour (made by :func:`either`); () for one change
     alternatives: tuple[Change, ...]
+    #: of a fix of a regression, the change that brought it: a QEMU without that one has no bug to fix
+    regression_of: Change | None
 
-    def __new__(cls, releases: tuple[str, ...], *subjects: str) -> Change:
+    def __new__(cls, releases: tuple[str, ...], *subjects: str, regression_of: Change | None = None) -> Change:
         made = super().__new__(cls, releases)
-        made.subjects, made.alternatives = subjects, ()
+        made.subjects, made.alternatives, made.regression_of = subjects, (), regression_of
         return made
 
 
@@ -172,7 +174,11 @@ GETATTR_OPEN_FID = Change(("7.2.16", "8.2.9", "9.1.3", "9.2.0"), "9pfs: fix 'Tge
 #: (before: a file's descriptor was used as a DIR*, SIGSEGV; an unopened fid got EINVAL): 042b4ebfd2
 READDIR_DIR_FID = Change(("7.2.15", "8.2.8", "9.0.4", "9.1.2", "9.2.0"), "9pfs: fix crash on 'Treaddir' request")
 #: Tmknod of a FIFO or socket works again (regression of the CVE-2023-2861 fix): d06a9d843f
-MKNOD_SPECIAL = Change(("8.2.9", "9.1.3", "9.2.1", "10.0.0"), "9pfs: fix regression regarding CVE-2023-2861")
+MKNOD_SPECIAL = Change(
+    ("8.2.9", "9.1.3", "9.2.1", "10.0.0"),
+    "9pfs: fix regression regarding CVE-2023-2861",
+    regression_of=SPECIAL_FILES_REFUSED,
+)
 #: synth refuses Trenameat before the backend (EOPNOTSUPP, was synth_renameat's EPERM): b72d15f47c
 SYNTH_RENAMEAT = Change(
     ("10.0.9", "10.1.5", "10.2.2", "11.0.0"),
@@ -252,9 +258,17 @@ def label(version: str) -> str:
 
 
 def has_bug(version: str, fixed_in: Sequence[str], introduced_in: Sequence[str] = ()) -> bool:
-    """Whether ``version`` has a known bug: it has what brought it (always, when ``introduced_in``
-    is empty: the bug is as old as the code) and not its fix."""
+    """Whether ``version`` has a known bug: it has what brought it (``introduced_in``, else the
+    change ``fixed_in`` names as the one it is a regression of, else nothing: the bug is as old as
+    the code) and not its fix."""
+    introduced_in = brought_by(fixed_in, introduced_in)
     return (not introduced_in or has(version, introduced_in)) and not has(version, fixed_in)
+
+
+def brought_by(fixed_in: Sequence[str], introduced_in: Sequence[str] = ()) -> Sequence[str]:
+    """What brought a bug ``fixed_in`` fixes: ``introduced_in`` where a marker names it, else the
+    change the fix names as the one it is a regression of (``Change.regression_of``), else ()."""
+    return introduced_in or getattr(fixed_in, "regression_of", None) or ()
 
 
 def nearest_known(version: str, known: Sequence[str] = KNOWN) -> str:

@@ -168,7 +168,8 @@ def _bugs_of(function: ast.FunctionDef, constants: dict[str, ast.expr]) -> list[
             backends = value(kwargs["backends"]) if "backends" in kwargs else backends
         elif name == "pytest.mark.qemu_bug":
             when = value(kwargs["when"]) if "when" in kwargs else {}
-            since = tuple(value(kwargs["introduced_in"])) if "introduced_in" in kwargs else ()
+            written = value(kwargs["introduced_in"]) if "introduced_in" in kwargs else ()
+            since = tuple(versions.brought_by(value(kwargs["fixed_in"]), written))
             race = bool(value(kwargs["race"])) if "race" in kwargs else False
             pages = value(kwargs["upstream"]) if "upstream" in kwargs else ()
             upstream = (pages,) if isinstance(pages, str) else tuple(pages)
