@@ -27,7 +27,8 @@ BRIDGE: dict[tuple[str, str], dict[int, str]] = {}
 
 
 #: The .t files that make a FIFO, a socket or a device node on the way (most make every kind of
-#: node): under passthrough, QEMU before the MKNOD_SPECIAL fix answers their Tmknod ENXIO. Read off
+#: node): under passthrough, QEMU from the CVE-2023-2861 fix to the MKNOD_SPECIAL fix answers their
+#: Tmknod ENXIO. Read off
 #: 7.2.22's run, every failing check of each traced to that Tmknod.
 MKNOD_PJDFSTEST = (
     "chmod/00", "chmod/01", "chmod/11", "chown/00", "chown/01", "chown/07", "link/00", "link/01", "link/10",

@@ -60,6 +60,10 @@ def either(*changes: Change) -> Change:
     kept = [r for r in first.values() if mainline is None or parse(r) <= mainline]  # later ones have it anyway
     made = Change(tuple(sorted(kept, key=parse)))
     made.alternatives = changes
+    brought = {id(change.regression_of): change.regression_of for change in changes}
+    if len(brought) > 1:
+        raise ValueError("either() of fixes of regressions brought by different changes")
+    made.regression_of = next(iter(brought.values()))
     return made
 
 
@@ -127,12 +131,14 @@ MAPPED_NATIVE_SYMLINK = Change(("11.0.0",), "9pfs: local: read native symlinks w
 #: Txattrwalk and Txattrcreate are refused (ENOSPC) while 1024 xattr fids are held (CVE-2026-8348;
 #: MAX_XATTR's option, which came after it, sets the number; a backport may take the limit alone): 693b296b17
 XATTR_FID_LIMIT = Change(("10.0.12", "11.0.3", "11.1.0"), "hw/9pfs: add xattr FID limit to prevent memory exhaustion")
-#: openat_file() refuses a special file (ENXIO, "broken or compromised client"), so a Tlopen,
-#: Topen or Tstatfs of a FIFO or device node is refused (CVE-2023-2861): 10fad73a2b, b9d2887be4,
-#: f6b0de53fb
+#: openat_file() refuses a special file (ENXIO, "broken or compromised client"), so every request
+#: that opens a FIFO or device node is refused: Tlopen, Topen, Tstatfs, Tsetattr's size (truncate),
+#: Tlcreate or Tcreate of an existing name, Treadlink under a mapped model (CVE-2023-2861):
+#: 10fad73a2b, b9d2887be4, f6b0de53fb
 SPECIAL_FILES_REFUSED = Change(("7.2.4", "8.0.3", "8.1.0"), "9pfs: prevent opening special files (CVE-2023-2861)")
-#: the changes every expectation of the suite's model takes for granted: a QEMU without one is
-#: judged as if it had it, and the cases that meet what it changes fail there (the run says so)
+#: the changes every expectation of the suite's model takes for granted, as it models no older
+#: behaviour: a QEMU without one is judged as if it had it, and the table cells that meet what it
+#: changed fail there, outside any known-bug marker (the run's header says so)
 MODEL_FLOOR = (SPECIAL_FILES_REFUSED,)
 #: Tlock and Tgetlock check that the fid has an open handle (EBADF; on synth always EBADF): c3aa2491cd
 LOCK_HANDLE_CHECK = Change(("10.0.12", "11.0.3", "11.1.0"), "hw/9pfs: fix invalid union access by v9fs_co_fstat()")
@@ -267,7 +273,8 @@ def has_bug(version: str, fixed_in: Sequence[str], introduced_in: Sequence[str] 
 
 def brought_by(fixed_in: Sequence[str], introduced_in: Sequence[str] = ()) -> Sequence[str]:
     """What brought a bug ``fixed_in`` fixes: ``introduced_in`` where a marker names it, else the
-    change the fix names as the one it is a regression of (``Change.regression_of``), else ()."""
+    change the fix names as the one it is a regression of (``Change.regression_of``), else () (an
+    empty ``introduced_in`` is no answer: a fix of a regression is never of a bug as old as the code)."""
     return introduced_in or getattr(fixed_in, "regression_of", None) or ()
 
 

@@ -28,15 +28,19 @@ INTRO = """\
 <!-- made by `python -m harness known-bugs --write`; a self-test keeps it equal to the markers -->
 
 A known bug is `@pytest.mark.qemu_bug(fixed_in=versions.NAME, reason=..., raises=...)` on a case: a
-strict xfail on every version without the fix, a normal case on the versions with it. A fix is
-named once, in `harness/qemu/versions.py`, by the first release of each stable branch that has it
-and the mainline release it went into, so 10.2.2 lacks a fix of "10.0.12, 11.1.0" while 10.0.13 and
-master have it; the malformed catalogue's expected outcomes read the same names. A regression also
-names the releases that brought it (`introduced_in=`). `()` is "no fix known": a strict xfail on
-every version until a fix turns it into an XPASS. A case whose known bug kills QEMU gets a QEMU of
-its own. "bug" below means the case is a strict xfail on that version. A bug no release fixes
-that the harness found has a page in `docs/upstream/` (`upstream=` on its marker): what a user
-sees, the releases, the cause, a minimal reproducer and a proposed patch with its evidence.
+strict xfail on every version without the fix, a normal case on the versions with it. A fix is named
+once, in `harness/qemu/versions.py`, by the first release of each stable branch that has it and the
+mainline release it went into, so 10.2.2 lacks a fix of "10.0.12, 11.1.0" while 10.0.13 and master
+have it; the malformed catalogue's expected outcomes read the same names. A regression also names
+the releases that brought it (`introduced_in=`, or the fix's own `regression_of`). `()` is "no fix
+known": a strict xfail on every version until a fix turns it into an XPASS. A case whose known bug
+kills QEMU gets a QEMU of its own. "bug" below means the case is a strict xfail on that version. A
+bug no release fixes that the harness found has a page in `docs/upstream/` (`upstream=` on its
+marker): what a user sees, the releases, the cause, a minimal reproducer and a proposed patch with
+its evidence. The
+suite's model takes `versions.MODEL_FLOOR` for granted (the CVE-2023-2861 fix: 7.2.4, 8.0.3, 8.1.0):
+on an older QEMU the table cells that open special files fail, outside any marker, as the run's
+header says.
 
 """
 
