@@ -172,12 +172,13 @@ def _bugs_of(function: ast.FunctionDef, constants: dict[str, ast.expr]) -> list[
             backends = value(kwargs["backends"]) if "backends" in kwargs else backends
         elif name == "pytest.mark.qemu_bug":
             when = value(kwargs["when"]) if "when" in kwargs else {}
+            fixed = value(kwargs["fixed_in"])  # a Change: the fix of a regression names what brought it
             written = value(kwargs["introduced_in"]) if "introduced_in" in kwargs else ()
-            since = tuple(versions.brought_by(value(kwargs["fixed_in"]), written))
+            since = tuple(versions.brought_by(fixed, written))
             race = bool(value(kwargs["race"])) if "race" in kwargs else False
             pages = value(kwargs["upstream"]) if "upstream" in kwargs else ()
             upstream = (pages,) if isinstance(pages, str) else tuple(pages)
-            bugs.append((tuple(value(kwargs["fixed_in"])), value(kwargs["reason"]), when, since, race, upstream))
+            bugs.append((tuple(fixed), value(kwargs["reason"]), when, since, race, upstream))
     found = []
     for fixed, reason, when, since, race, upstream in bugs:
         case = f"{when.get('backend', '|'.join(backends))}/{_filled(path, when)}"
