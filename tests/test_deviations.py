@@ -6,18 +6,30 @@ from __future__ import annotations
 import errno
 import os
 
-from fixtures.answers import OK, Err
+from fixtures.answers import OK, Err, Target
 from fixtures.cells import Verdict
-from fixtures.deviations import READDIR_UNCHECKED, TABLE_BUGS, readdir_unchecked, readdir_unchecked_kills
+from fixtures.deviations import (
+    READDIR_UNCHECKED,
+    SPECIAL_OPENED,
+    TABLE_BUGS,
+    readdir_unchecked,
+    readdir_unchecked_kills,
+    special_opened,
+)
 from fixtures.footprint import reads
 from fixtures.known import deviating_bugs
-from fixtures.model import RULES, By, Export, Server, Use
+from fixtures.model import NO_ID, RULES, By, Export, Kind, Node, Server, Use
+from fixtures.subjects import excluded
+from harness.p9 import wire
 from harness.p9.messages import (
     Tattach,
     Tgetattr,
     Tlcreate,
     Tlopen,
     Treaddir,
+    Treadlink,
+    Tsetattr,
+    Tstatfs,
     Tunlinkat,
     Twalk,
     Twrite,
@@ -109,3 +121,60 @@ def test_a_getattr_of_an_unlinked_open_file_goes_by_version() -> None:
         reached[version] = {kind for kind, _ in reads(model, request)} - {"fid"}
     assert answered == {"9.0.4": Err(errno.ENOENT), "9.1.3": OK}
     assert reached == {"9.0.4": {"path"}, "9.1.3": {"data"}}
+
+
+def _specials(version: str, security_model: str = "passthrough") -> Export:
+    """A model of the host's own special nodes (as fixtures/mirror.py reads them), each walked:
+    fid 1 a FIFO, 2 /dev/null's numbers, 3 a block device no host has, 4 a socket."""
+    model = Export(Server(security_model, version=version))
+    assert model.apply(Tattach(fid=0, afid=NOFID, uname="", aname="", n_uname=0)) == OK
+    nodes = {"fifo": (Kind.FIFO, 0), "null": (Kind.CHAR, os.makedev(1, 3)), "none": (Kind.BLOCK, os.makedev(240, 0)),
+             "sock": (Kind.SOCKET, 0)}  # fmt: skip
+    for number, (name, (kind, rdev)) in enumerate(nodes.items(), 1):
+        model.root.entries[name] = Node(kind, 0o600, native=True, rdev=rdev)
+        assert not isinstance(model.apply(Twalk(fid=0, newfid=number, wnames=[name])), Err)
+    return model
+
+
+def test_a_special_file_before_the_cve_fix_opens_as_the_host_does() -> None:
+    """Before the CVE-2023-2861 fix QEMU opened a special node as the host's open(O_NONBLOCK)
+    does: a FIFO for reading (for writing alone ENXIO: no reader), /dev/null any way, a device
+    no host has and a socket never; a truncate by path then meets ftruncate(2)'s EINVAL, and a
+    mapped model's Treadlink reads nothing. Where the host refuses too, the answer is the model's."""
+    model = _specials("7.2.3")
+    refused = {fid: model.peek(Tlopen(fid=fid, flags=os.O_RDONLY)) for fid in (1, 2, 3, 4)}
+    assert refused == dict.fromkeys((1, 2, 3, 4), Err(errno.ENXIO))  # the model: a fixed QEMU's
+    opened = {(fid, flags): special_opened(model, Tlopen(fid=fid, flags=flags))
+              for fid in (1, 2, 3, 4) for flags in (os.O_RDONLY, os.O_WRONLY, os.O_RDWR)}  # fmt: skip
+    assert opened == {
+        (1, os.O_RDONLY): OK, (1, os.O_WRONLY): None, (1, os.O_RDWR): OK,
+        (2, os.O_RDONLY): OK, (2, os.O_WRONLY): OK, (2, os.O_RDWR): OK,
+        **{(fid, flags): None for fid in (3, 4) for flags in (os.O_RDONLY, os.O_WRONLY, os.O_RDWR)},
+    }  # fmt: skip
+    assert [special_opened(model, Tstatfs(fid=fid)) for fid in (1, 2, 3, 4)] == [OK, OK, None, None]
+    size = Tsetattr(fid=2, valid=wire.SETATTR_SIZE, mode=0, uid=NO_ID, gid=NO_ID, size=3,
+                    atime_sec=0, atime_nsec=0, mtime_sec=0, mtime_nsec=0)  # fmt: skip
+    assert special_opened(model, size) == Err(errno.EINVAL)  # /dev/null opens O_WRONLY, then ftruncate()
+    assert special_opened(model, size.replaced(fid=1)) is None  # a FIFO for writing: ENXIO as the model's
+    assert special_opened(model, Treadlink(fid=1)) is None  # passthrough reads a link: the model's EINVAL
+    mapped = _specials("7.2.3", "mapped-xattr")
+    assert [special_opened(mapped, Treadlink(fid=fid)) for fid in (1, 2, 3, 4)] == [Target(""), Target(""), None, None]
+    marks = [decorator.mark for decorator in TABLE_BUGS]
+    on = {"message": "lopen", "security_model": "passthrough"}
+    assert any(k.deviation is SPECIAL_OPENED for k in deviating_bugs(marks, on, "7.2.3"))
+    assert any(k.deviation is SPECIAL_OPENED for k in deviating_bugs(marks, on, "8.0.2"))
+    for fixed in ("7.2.4", "8.0.3", "8.1.0"):
+        assert not any(k.deviation is SPECIAL_OPENED for k in deviating_bugs(marks, on, fixed))
+
+
+def test_an_opened_special_file_is_a_known_bug_s_state_before_the_cve_fix() -> None:
+    """The states table excludes every open special file; on a QEMU without the CVE-2023-2861 fix
+    the ones the host opens are built all the same, which states/excluded takes as that bug's."""
+
+    def bugs(version: str) -> set[tuple[str, str]]:
+        return {(state.kind, state.opened) for state, why in excluded(Server("passthrough", version=version)).items()
+                if why.bug and state.made == "host" and state.since == "nothing"}  # fmt: skip
+
+    opened = {("fifo", "rdonly"), ("fifo", "rdwr"), ("char", "rdonly"), ("char", "wronly"), ("char", "rdwr")}
+    assert bugs("7.2.3") == opened
+    assert bugs("7.2.4") == set()

@@ -210,19 +210,6 @@ def test_a_source_that_holds_part_of_a_change_is_named_in_the_header() -> None:
     assert "some commits" not in _what_it_has(versions.Version("10.0.13", [ftruncate, futimens]))
 
 
-def test_a_qemu_older_than_the_model_s_floor_is_told_so() -> None:
-    """7.2.3 predates the CVE-2023-2861 fix the model takes for granted (it opens special files);
-    7.2.4, 8.0.3 and 8.1.0 have it, and so does a 7.2.3 tree whose history holds the commit."""
-    from fixtures.plugin import _below_the_floor
-
-    (said,) = _below_the_floor("7.2.3")
-    assert said.startswith(
-        "QEMU 7.2.3 lacks (by its number: a backport is not seen) SPECIAL_FILES_REFUSED (9pfs: prevent opening"
-    ) and ("fixed in 7.2.4, 8.0.3, 8.1.0" in said and "FAIL here, outside any known-bug marker" in said)
-    assert _below_the_floor("8.0.2") and not _below_the_floor("8.0.3") and not _below_the_floor("7.2.22")
-    assert not _below_the_floor(versions.Version("7.2.3", versions.SPECIAL_FILES_REFUSED.subjects))
-
-
 def test_a_regression_is_had_only_after_what_brought_it() -> None:
     """MKNOD_SPECIAL fixes a regression of the CVE-2023-2861 fix: 7.2.3 has neither (no bug), 7.2.22
     and 8.2.8 have the regression, 8.2.9 the fix; a marker's own introduced_in wins."""

@@ -133,13 +133,10 @@ MAPPED_NATIVE_SYMLINK = Change(("11.0.0",), "9pfs: local: read native symlinks w
 XATTR_FID_LIMIT = Change(("10.0.12", "11.0.3", "11.1.0"), "hw/9pfs: add xattr FID limit to prevent memory exhaustion")
 #: openat_file() refuses a special file (ENXIO, "broken or compromised client"), so every request
 #: that opens a FIFO or device node is refused: Tlopen, Topen, Tstatfs, Tsetattr's size (truncate),
-#: Tlcreate or Tcreate of an existing name, Treadlink under a mapped model (CVE-2023-2861):
-#: 10fad73a2b, b9d2887be4, f6b0de53fb
+#: Tlcreate or Tcreate of an existing name, Treadlink under a mapped model (CVE-2023-2861; before
+#: it, the host's open decides: security/special_file, and fixtures/deviations.py SPECIAL_OPENED
+#: for the tables): 10fad73a2b, b9d2887be4, f6b0de53fb
 SPECIAL_FILES_REFUSED = Change(("7.2.4", "8.0.3", "8.1.0"), "9pfs: prevent opening special files (CVE-2023-2861)")
-#: the changes every expectation of the suite's model takes for granted, as it models no older
-#: behaviour: a QEMU without one is judged as if it had it, and the table cells that meet what it
-#: changed fail there, outside any known-bug marker (the run's header says so)
-MODEL_FLOOR = (SPECIAL_FILES_REFUSED,)
 #: Tlock and Tgetlock check that the fid has an open handle (EBADF; on synth always EBADF): c3aa2491cd
 LOCK_HANDLE_CHECK = Change(("10.0.12", "11.0.3", "11.1.0"), "hw/9pfs: fix invalid union access by v9fs_co_fstat()")
 #: Tfsync and Twstat's sync path (every field "don't touch") check the same: 32cae47c33

@@ -37,10 +37,7 @@ known": a strict xfail on every version until a fix turns it into an XPASS. A ca
 kills QEMU gets a QEMU of its own. "bug" below means the case is a strict xfail on that version. A
 bug no release fixes that the harness found has a page in `docs/upstream/` (`upstream=` on its
 marker): what a user sees, the releases, the cause, a minimal reproducer and a proposed patch with
-its evidence. The
-suite's model takes `versions.MODEL_FLOOR` for granted (the CVE-2023-2861 fix: 7.2.4, 8.0.3, 8.1.0):
-on an older QEMU the table cells that open special files fail, outside any marker, as the run's
-header says.
+its evidence.
 
 """
 
