@@ -42,6 +42,19 @@ def test_missing_explicit_binary_is_named(tmp_path: Path) -> None:
         provision.find_qemu(tmp_path / "nope")
 
 
+def test_a_directory_of_tarballs_is_told_to_name_one(tmp_path: Path) -> None:
+    """`--source DIR` where DIR keeps QEMU tarballs (as ../shared/qemu-src does): the error names them."""
+    tarball = tmp_path / "qemu-11.1.50-eea8fe61b8.tar.xz"
+    tarball.write_bytes(b"")
+    with pytest.raises(
+        ProvisionError, match=rf"not a QEMU source tree .*it holds {tarball.name}: name one \(--source {tarball}\)"
+    ):
+        build._unpack(f"source:{tmp_path}", tmp_path / "work", tmp_path / "log", tmp_path / "cache")
+    tarball.unlink()
+    with pytest.raises(ProvisionError, match=r"not a QEMU source tree \(no configure or VERSION\)$"):
+        build._unpack(f"source:{tmp_path}", tmp_path / "work", tmp_path / "log", tmp_path / "cache")
+
+
 def test_the_provisioned_build_is_full(qemu_under_test: QemuUnderTest) -> None:
     found = qemu_under_test.probe
     assert found.usable and found.qtest_accel and found.accel == "qtest" and found.synth_tree

@@ -524,7 +524,12 @@ def _unpack(origin: str, work: Path, log: Path, root: Path) -> Path:
 
 def _check_tree(tree: Path) -> None:
     if not (tree / "configure").is_file() or not (tree / "VERSION").is_file():
-        raise ProvisionError(f"{tree} is not a QEMU source tree (no configure or VERSION)")
+        # a directory that keeps QEMU tarballs (../shared/qemu-src does) is a common slip for one of them
+        tarballs = sorted(p for p in tree.glob("qemu-*.tar*") if p.is_file()) if tree.is_dir() else []
+        hint = (
+            f"; it holds {', '.join(p.name for p in tarballs)}: name one (--source {tarballs[0]})" if tarballs else ""
+        )
+        raise ProvisionError(f"{tree} is not a QEMU source tree (no configure or VERSION){hint}")
     keymaps = [tree / where / "keycodemapdb" / "README" for where in ("subprojects", "ui")]
     if not (tree / ".git").exists() and not any(readme.exists() for readme in keymaps):
         raise ProvisionError(
