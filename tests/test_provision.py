@@ -42,17 +42,30 @@ def test_missing_explicit_binary_is_named(tmp_path: Path) -> None:
         provision.find_qemu(tmp_path / "nope")
 
 
-def test_a_directory_of_tarballs_is_told_to_name_one(tmp_path: Path) -> None:
-    """`--source DIR` where DIR keeps QEMU tarballs (as ../shared/qemu-src does): the error names them."""
-    tarball = tmp_path / "qemu-11.1.50-eea8fe61b8.tar.xz"
+def test_a_folder_of_qemu_sources_is_told_which_to_name(tmp_path: Path) -> None:
+    """`--source DIR` where DIR keeps QEMU's sources (as ../shared/qemu-src does) and is none: the
+    error, before any build step, names the tarballs and trees in it, and nothing else there."""
+    folder = tmp_path / "qemu-src"
+    folder.mkdir()
+    (folder / "README.md").write_text("")
+    (folder / "qemu-11.1.50.tar.xz.sig").write_bytes(b"")  # a signature: no tarball
+    (folder / "qemu-10.0.tar.gz").mkdir()  # a folder named like a tarball: neither
+    with pytest.raises(ProvisionError) as raised:
+        build.origin_of(str(folder))
+    assert str(raised.value) == f"{folder} is not a QEMU source tree (no configure or VERSION)"
+    tarball = folder / "qemu-11.1.50.tar.xz"
     tarball.write_bytes(b"")
-    with pytest.raises(
-        ProvisionError, match=rf"not a QEMU source tree .*it holds {tarball.name}: name one \(--source {tarball}\)"
-    ):
-        build._unpack(f"source:{tmp_path}", tmp_path / "work", tmp_path / "log", tmp_path / "cache")
-    tarball.unlink()
-    with pytest.raises(ProvisionError, match=r"not a QEMU source tree \(no configure or VERSION\)$"):
-        build._unpack(f"source:{tmp_path}", tmp_path / "work", tmp_path / "log", tmp_path / "cache")
+    tree = folder / "qemu-9.2.0"
+    tree.mkdir()
+    (tree / "configure").write_text("")
+    (tree / "VERSION").write_text("9.2.0\n")
+    with pytest.raises(ProvisionError) as raised:
+        build.origin_of(str(folder))
+    assert str(raised.value) == (
+        f"{folder} is not a QEMU source tree (no configure or VERSION); it holds qemu-11.1.50.tar.xz, "
+        f"qemu-9.2.0: give one to --source, e.g. --source {tarball}"
+    )
+    assert build.origin_of(str(tree)) == f"source:{tree}"
 
 
 def test_the_provisioned_build_is_full(qemu_under_test: QemuUnderTest) -> None:

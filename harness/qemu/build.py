@@ -27,6 +27,7 @@ import itertools
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -131,7 +132,28 @@ def origin_of(name: str) -> str:
     path = Path(name.removeprefix("source:")).expanduser()
     if not path.exists():
         raise ProvisionError(f"{name!r} names no Debian suite ({', '.join(SUITES)}) and no source tree or tarball")
+    if path.is_dir() and not _is_tree(path):  # said before any lock, package or work directory
+        raise ProvisionError(f"{path.resolve()} is not a QEMU source tree (no configure or VERSION){_within(path)}")
     return f"source:{path.resolve()}"
+
+
+#: what a QEMU source tarball's name ends with (release tarballs: .tar.xz; a ``git archive``: any)
+TARBALL_ENDINGS = (".tar", ".tar.xz", ".tar.bz2", ".tar.gz", ".tgz")
+
+
+def _is_tree(path: Path) -> bool:
+    return (path / "configure").is_file() and (path / "VERSION").is_file()
+
+
+def _within(folder: Path) -> str:
+    """What to name instead of ``folder``, which is no source tree: the QEMU tarballs and trees in
+    it (a folder that keeps QEMU's sources, as ../shared/qemu-src does, is an easy slip for one)."""
+    inside = sorted(folder.resolve().glob("qemu-*"))
+    found = [p for p in inside if (p.is_file() and p.name.endswith(TARBALL_ENDINGS)) or (p.is_dir() and _is_tree(p))]
+    if not found:
+        return ""
+    names = ", ".join(p.name for p in found)
+    return f"; it holds {names}: give one to --source, e.g. --source {shlex.quote(str(found[0]))}"
 
 
 def find_build(origin: str, root: Path, variant: str = "") -> Build | None:
@@ -523,13 +545,8 @@ def _unpack(origin: str, work: Path, log: Path, root: Path) -> Path:
 
 
 def _check_tree(tree: Path) -> None:
-    if not (tree / "configure").is_file() or not (tree / "VERSION").is_file():
-        # a directory that keeps QEMU tarballs (../shared/qemu-src does) is a common slip for one of them
-        tarballs = sorted(p for p in tree.glob("qemu-*.tar*") if p.is_file()) if tree.is_dir() else []
-        hint = (
-            f"; it holds {', '.join(p.name for p in tarballs)}: name one (--source {tarballs[0]})" if tarballs else ""
-        )
-        raise ProvisionError(f"{tree} is not a QEMU source tree (no configure or VERSION){hint}")
+    if not _is_tree(tree):
+        raise ProvisionError(f"{tree} is not a QEMU source tree (no configure or VERSION)")
     keymaps = [tree / where / "keycodemapdb" / "README" for where in ("subprojects", "ui")]
     if not (tree / ".git").exists() and not any(readme.exists() for readme in keymaps):
         raise ProvisionError(
