@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -54,7 +55,8 @@ def test_a_folder_of_qemu_sources_is_told_which_to_name(tmp_path: Path) -> None:
         build.origin_of(str(folder))
     assert str(raised.value) == f"{folder} is not a QEMU source tree (no configure or VERSION)"
     tarball = folder / "qemu-11.1.50.tar.xz"
-    tarball.write_bytes(b"")
+    with tarfile.open(tarball, "w:xz") as archive:
+        archive.add(folder / "README.md", "qemu-11.1.50/README.md")
     tree = folder / "qemu-9.2.0"
     tree.mkdir()
     (tree / "configure").write_text("")
@@ -66,6 +68,10 @@ def test_a_folder_of_qemu_sources_is_told_which_to_name(tmp_path: Path) -> None:
         f"qemu-9.2.0: give one to --source, e.g. --source {tarball}"
     )
     assert build.origin_of(str(tree)) == f"source:{tree}"
+    assert build.origin_of(str(tarball)) == f"source:{tarball}"
+    with pytest.raises(ProvisionError) as raised:  # a file, but no tarball: said before tarfile meets it
+        build.origin_of(str(folder / "qemu-11.1.50.tar.xz.sig"))
+    assert str(raised.value) == f"{folder / 'qemu-11.1.50.tar.xz.sig'} is neither a QEMU source tree nor a tarball"
 
 
 def test_the_provisioned_build_is_full(qemu_under_test: QemuUnderTest) -> None:

@@ -132,24 +132,33 @@ def origin_of(name: str) -> str:
     path = Path(name.removeprefix("source:")).expanduser()
     if not path.exists():
         raise ProvisionError(f"{name!r} names no Debian suite ({', '.join(SUITES)}) and no source tree or tarball")
-    if path.is_dir() and not _is_tree(path):  # said before any lock, package or work directory
-        raise ProvisionError(f"{path.resolve()} is not a QEMU source tree (no configure or VERSION){_within(path)}")
+    # said before any lock, package or work directory
+    if path.is_dir() and not _is_tree(path):
+        raise _not_a_tree(path.resolve(), _within(path))
+    if path.is_file() and not _is_tarball(path):
+        raise ProvisionError(f"{path.resolve()} is neither a QEMU source tree nor a tarball")
     return f"source:{path.resolve()}"
-
-
-#: what a QEMU source tarball's name ends with (release tarballs: .tar.xz; a ``git archive``: any)
-TARBALL_ENDINGS = (".tar", ".tar.xz", ".tar.bz2", ".tar.gz", ".tgz")
 
 
 def _is_tree(path: Path) -> bool:
     return (path / "configure").is_file() and (path / "VERSION").is_file()
 
 
+def _is_tarball(path: Path) -> bool:
+    import tarfile  # only where a source is a file
+
+    return tarfile.is_tarfile(path)
+
+
+def _not_a_tree(tree: Path, hint: str = "") -> ProvisionError:
+    return ProvisionError(f"{tree} is not a QEMU source tree (no configure or VERSION){hint}")
+
+
 def _within(folder: Path) -> str:
     """What to name instead of ``folder``, which is no source tree: the QEMU tarballs and trees in
     it (a folder that keeps QEMU's sources, as ../shared/qemu-src does, is an easy slip for one)."""
     inside = sorted(folder.resolve().glob("qemu-*"))
-    found = [p for p in inside if (p.is_file() and p.name.endswith(TARBALL_ENDINGS)) or (p.is_dir() and _is_tree(p))]
+    found = [p for p in inside if (p.is_file() and _is_tarball(p)) or (p.is_dir() and _is_tree(p))]
     if not found:
         return ""
     names = ", ".join(p.name for p in found)
@@ -546,7 +555,7 @@ def _unpack(origin: str, work: Path, log: Path, root: Path) -> Path:
 
 def _check_tree(tree: Path) -> None:
     if not _is_tree(tree):
-        raise ProvisionError(f"{tree} is not a QEMU source tree (no configure or VERSION)")
+        raise _not_a_tree(tree)
     keymaps = [tree / where / "keycodemapdb" / "README" for where in ("subprojects", "ui")]
     if not (tree / ".git").exists() and not any(readme.exists() for readme in keymaps):
         raise ProvisionError(
