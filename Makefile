@@ -84,7 +84,9 @@ clean:
 MATRIX ?= small
 GITLAB_CI_LOCAL := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/virtio9p-harness/gitlab-ci-local-4.55.0
 pipeline-local:
-	@command -v rsync >/dev/null && command -v npm >/dev/null || { $(call apt_install,rsync nodejs npm); }
+	@# each only when missing: a Node from elsewhere (nodesource's bundles npm and conflicts with Debian's npm) stays
+	@command -v rsync >/dev/null || { $(call apt_install,rsync); }
+	@command -v npm >/dev/null || { $(call apt_install,nodejs npm); }
 	test -x $(GITLAB_CI_LOCAL)/node_modules/.bin/gitlab-ci-local || \
 	  npm install --prefix $(GITLAB_CI_LOCAL) --no-audit --no-fund gitlab-ci-local@4.55.0
 	$(GITLAB_CI_LOCAL)/node_modules/.bin/gitlab-ci-local --file .ci/gitlab-ci.yml --variable V9P_MATRIX=$(MATRIX) \
