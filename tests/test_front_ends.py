@@ -161,6 +161,19 @@ def test_doctor_one_table_and_one_exit_code_per_meaning(tmp_path: Path, qemu_und
         assert "Traceback" not in done.stdout + done.stderr
 
 
+def test_doctor_tells_a_sanitizer_build_from_the_default_qemu(tmp_path: Path) -> None:
+    """Two cached builds of the default origin, plain and ASan+UBSan: only the plain one is the
+    default, and each row says which it is."""
+    from harness.qemu.build import DEFAULT_ORIGIN, Build
+    from harness.tools.doctor import build_row
+
+    plain, asan = (Build(tmp_path / name, DEFAULT_ORIGIN, "10.0.13", 1.0, variant=name) for name in ("", "asan+ubsan"))
+    assert build_row(plain) == (f"cached build {DEFAULT_ORIGIN} (plain, the default)", f"QEMU 10.0.13: {plain.binary}")
+    assert build_row(asan) == (f"cached build {DEFAULT_ORIGIN} (asan+ubsan)", f"QEMU 10.0.13: {asan.binary}")
+    other = Build(tmp_path / "b", "debian:bookworm", "7.2.22", 1.0)
+    assert build_row(other)[0] == "cached build debian:bookworm (plain)"
+
+
 def test_the_usage_text_names_every_bench_command() -> None:
     """cli.py's usage text lists each ``bench`` command its parser has."""
     import argparse
