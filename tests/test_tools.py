@@ -335,6 +335,25 @@ def test_a_damaged_reproducer_is_never_judged(tmp_path: Path, qemu_under_test: Q
     assert _replay_tmp_dirs() <= before
 
 
+def test_a_trace_that_lost_its_start_names_the_case_to_run(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """A failing case whose session kept only its last messages (here 5, its first reply's request
+    gone with the rest): its report and its reproducer name the pytest command that runs the case
+    again, and replay refuses the reproducer as incomplete (255, one line), not as unreadable."""
+    source = "import harness.p9.session\nharness.p9.session.HISTORY = 5\n" + CASES
+    proc = run_pytest(tmp_path, qemu_under_test, "--trace-dir", "traces", "-k", "deliberately_wrong", source=source)
+    out, _ = proc.communicate(timeout=60)
+    assert "1 failed" in out, out
+    run_it = "run the case, pytest cases/ -k 'synth/tools/deliberately_wrong' --runxfail"
+    kept = "the session kept its last 5 messages only"
+    assert f"is incomplete, so replay refuses it: {kept}" in out and run_it in out, out
+    (reproducer,) = (tmp_path / "traces").rglob("reproducer.9p")
+    messages = [line for line in reproducer.read_text().splitlines() if line.startswith(("-->", "<--"))]
+    assert len(messages) == 5 and messages[0].startswith("<-- "), messages  # a reply whose request was lost
+    replayed = harness("replay", str(reproducer), "--qemu-binary", str(qemu_under_test.binary))
+    assert replayed.returncode == 255 and replayed.stdout.count("\n") == 1, replayed.stdout + replayed.stderr
+    assert f"it is incomplete ({kept}" in replayed.stdout and run_it in replayed.stdout, replayed.stdout
+
+
 def test_a_request_unanswered_when_recorded_must_stay_unanswered(
     tmp_path: Path, qemu_under_test: QemuUnderTest
 ) -> None:

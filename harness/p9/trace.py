@@ -204,12 +204,12 @@ class Step:
     fault: str = ""
 
 
-def _awaiting(steps: list[Step], tag: int) -> int:
+def _awaited(steps: list[Step], tag: int) -> int | None:
     """The last step with request tag ``tag`` and no reply yet (replies can come out of order)."""
     for at in range(len(steps) - 1, -1, -1):
         if steps[at].reply is None and wire.peek_header(steps[at].request)[2] == tag:
             return at
-    raise P9ProtocolError(f"a reply with tag {tag} answers no recorded request")
+    return None
 
 
 # -- host files a local-backend case made before its first request ------------------------------
@@ -340,6 +340,7 @@ def _parse(lines: list[str]) -> tuple[dict[str, str], list[Step]]:
     header: dict[str, str] = {}
     steps: list[Step] = []
     last_answered, depth, batches, fault = -1, 0, 0, ""
+    lost = False  # the last reply answers a request an incomplete trace lost (its start is cut)
     for number, line in enumerate(lines, start=2):
         if line.startswith(f"{Direction.FAULT} "):  # on the request that follows
             fault = line[len(Direction.FAULT) + 1 :]
@@ -352,15 +353,23 @@ def _parse(lines: list[str]) -> tuple[dict[str, str], list[Step]]:
             batches += line.endswith(BATCH_BEGIN) and depth == 1
         elif line.startswith("--> "):
             steps.append(Step(bytes.fromhex(line.split()[1]), None, batch=batches if depth else 0, fault=fault))
-            fault = ""
+            fault, lost = "", False
             last_answered = -1  # an expectation right after a request is on that request (no reply came)
-        elif line.startswith("<-- ") and steps:
+        elif line.startswith("<-- "):
             field = line.split()[1]
             empty = field.startswith("(empty")
             reply = b"" if empty else bytes.fromhex(field)
             tag = int(field.split("=")[1].rstrip(")")) if empty else wire.peek_header(reply)[2]
-            at = last_answered = _awaiting(steps, tag)
+            at = _awaited(steps, tag)
+            if at is None and "incomplete" not in header:
+                raise P9ProtocolError(f"a reply with tag {tag} answers no recorded request")
+            if at is None:  # its request went with the trace's start: read on, for replay to refuse the whole
+                lost = True
+                continue
+            last_answered, lost = at, False
             steps[at] = dataclasses.replace(steps[at], reply=reply, in_line=at == len(steps) - 1)
+        elif line.startswith("<== ") and lost:
+            continue  # on the lost request
         elif line.startswith("<== ") and steps:
             at = last_answered if last_answered >= 0 else len(steps) - 1
             steps[at] = dataclasses.replace(steps[at], expected=Expectation.parse(line))
