@@ -81,10 +81,11 @@ clean:
 # a time (each cell's pytest runs -n 2), on matrix $(MATRIX) of .ci/matrix.yml (docs/pipeline.md).
 # gitlab-ci-local 4.55.0 is the release tried here, on this machine's Node 20 (the newest need Node
 # 22), installed into the cache; its shell isolation copies each job's directory with rsync (apt).
+# Each is installed only when missing: a Node from elsewhere stays (nodesource's bundles its npm,
+# which Debian's npm conflicts with).
 MATRIX ?= small
 GITLAB_CI_LOCAL := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/virtio9p-harness/gitlab-ci-local-4.55.0
 pipeline-local:
-	@# each only when missing: a Node from elsewhere (nodesource's bundles npm and conflicts with Debian's npm) stays
 	@command -v rsync >/dev/null || { $(call apt_install,rsync); }
 	@command -v npm >/dev/null || { $(call apt_install,nodejs npm); }
 	test -x $(GITLAB_CI_LOCAL)/node_modules/.bin/gitlab-ci-local || \

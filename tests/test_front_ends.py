@@ -161,17 +161,25 @@ def test_doctor_one_table_and_one_exit_code_per_meaning(tmp_path: Path, qemu_und
         assert "Traceback" not in done.stdout + done.stderr
 
 
-def test_doctor_tells_a_sanitizer_build_from_the_default_qemu(tmp_path: Path) -> None:
-    """Two cached builds of the default origin, plain and ASan+UBSan: only the plain one is the
-    default, and each row says which it is."""
-    from harness.qemu.build import DEFAULT_ORIGIN, Build
+def test_doctor_names_each_builds_variant_and_the_default_as_the_harness_chooses_it(tmp_path: Path) -> None:
+    """A cache with the default origin built three ways: plain with TCG, plain from before the
+    guest family (no TCG, which the harness no longer takes) and ASan+UBSan. Each row names its
+    variant; the one the harness would run when no binary is named is the only "default"."""
+    from harness.qemu import build, provision
     from harness.tools.doctor import build_row
 
-    plain, asan = (Build(tmp_path / name, DEFAULT_ORIGIN, "10.0.13", 1.0, variant=name) for name in ("", "asan+ubsan"))
-    assert build_row(plain) == (f"cached build {DEFAULT_ORIGIN} (plain, the default)", f"QEMU 10.0.13: {plain.binary}")
-    assert build_row(asan) == (f"cached build {DEFAULT_ORIGIN} (asan+ubsan)", f"QEMU 10.0.13: {asan.binary}")
-    other = Build(tmp_path / "b", "debian:bookworm", "7.2.22", 1.0)
-    assert build_row(other)[0] == "cached build debian:bookworm (plain)"
+    origin = build.DEFAULT_ORIGIN
+    for name, variant, tcg in (("plain", "", True), ("old", "", False), ("asan", "asan+ubsan", False)):
+        directory = tmp_path / f"qemu-{name}"
+        directory.mkdir()
+        (directory / build.BINARY_NAME).write_text("")
+        stamp = {"version": "10.0.13", "origin": origin, "variant": variant, "tcg": tcg}
+        (directory / build.STAMP).write_text(json.dumps(stamp))
+    default = provision.cached_build(tmp_path)
+    rows = sorted(build_row(b, default)[0] for b in build.builds(tmp_path))
+    assert default == tmp_path / "qemu-plain" / build.BINARY_NAME, (default, rows)
+    assert rows == sorted([f"cached build {origin} (plain, the default)",
+                           f"cached build {origin} (plain)", f"cached build {origin} (asan+ubsan)"])  # fmt: skip
 
 
 def test_the_usage_text_names_every_bench_command() -> None:

@@ -255,7 +255,7 @@ def test_a_failure_outside_the_replies_is_not_judged(tmp_path: Path, qemu_under_
     assert "# outcome: failed" in reproducer.read_text() and "# check: AssertionError" in reproducer.read_text()
     done = harness("replay", str(reproducer), "--qemu-binary", str(qemu_under_test.binary))
     assert done.returncode == 255, done.stdout + done.stderr
-    assert "pytest cases/ -k synth/tools/host_check --runxfail" in done.stdout
+    assert f"{sys.executable} -m pytest cases/ -k 'synth/tools/host_check' --runxfail --qemu-binary B" in done.stdout
 
 
 CHECKED_THEN_CLEANED = textwrap.dedent(
@@ -343,15 +343,19 @@ def test_a_trace_that_lost_its_start_names_the_case_to_run(tmp_path: Path, qemu_
     proc = run_pytest(tmp_path, qemu_under_test, "--trace-dir", "traces", "-k", "deliberately_wrong", source=source)
     out, _ = proc.communicate(timeout=60)
     assert "1 failed" in out, out
-    run_it = "run the case, pytest cases/ -k 'synth/tools/deliberately_wrong' --runxfail"
-    kept = "the session kept its last 5 messages only"
-    assert f"is incomplete, so replay refuses it: {kept}" in out and run_it in out, out
+    run_it = (f"run the case, {sys.executable} -m pytest cases/ -k 'synth/tools/deliberately_wrong' --runxfail "
+              f"--qemu-binary {qemu_under_test.binary}")  # fmt: skip
+    kept = "it kept its last 5 messages, the first are missing"
+    assert "is incomplete, so replay refuses it: the session's history was full" in out, out
+    assert kept in out and run_it in out, out
     (reproducer,) = (tmp_path / "traces").rglob("reproducer.9p")
     messages = [line for line in reproducer.read_text().splitlines() if line.startswith(("-->", "<--"))]
     assert len(messages) == 5 and messages[0].startswith("<-- "), messages  # a reply whose request was lost
     replayed = harness("replay", str(reproducer), "--qemu-binary", str(qemu_under_test.binary))
     assert replayed.returncode == 255 and replayed.stdout.count("\n") == 1, replayed.stdout + replayed.stderr
-    assert f"it is incomplete ({kept}" in replayed.stdout and run_it in replayed.stdout, replayed.stdout
+    assert "it is incomplete (the session's history was full" in replayed.stdout, replayed.stdout
+    assert kept in replayed.stdout and run_it in replayed.stdout, replayed.stdout
+    assert "# replay:" not in reproducer.read_text()  # the command it has is the case's
 
 
 def test_a_request_unanswered_when_recorded_must_stay_unanswered(
@@ -425,6 +429,40 @@ def test_a_race_reproducer_is_judged_on_its_expectations_only() -> None:
     assert replay._differs(raced, made, local=True, died=False, only_expected=True) is None
     assert "(the race)" in str(replay._differs(raced, enoent, local=True, died=False, only_expected=True))
     assert replay._attempts("attempts 7") == 7 and replay._attempts("seen") == replay.RACE_ATTEMPTS
+
+
+def test_a_reply_to_no_recorded_request_is_read_past_only_where_the_trace_lost_its_start(tmp_path: Path) -> None:
+    """A trace marked incomplete that starts past its Tversion: a reply (and its ``<==`` line)
+    answering a request that went with the start is read past, the rest read as written. The same
+    reply in a trace that starts at Tversion, or one not marked incomplete, is damage: refused."""
+    import errno as errnos
+
+    from harness.errors import ReproducerError
+    from harness.p9 import wire
+    from harness.p9.messages import Rlerror, Rversion, Rwalk, Tversion, Twalk
+    from harness.p9.trace import Direction, Expectation, Record, read_reproducer, write_reproducer
+
+    version = [(Direction.SENT, wire.encode(Tversion(msize=8192, version="9P2000.L"), 0xFFFF)),
+               (Direction.RECEIVED, wire.encode(Rversion(msize=8192, version="9P2000.L"), 0xFFFF))]  # fmt: skip
+    orphan = (Direction.RECEIVED, wire.encode(Rlerror(ecode=errnos.ENOENT), 5))
+    walk = [(Direction.SENT, wire.encode(Twalk(fid=0, newfid=1, wnames=["a"]), 1)),
+            (Direction.RECEIVED, wire.encode(Rwalk(qids=[wire.Qid(0, 0, 7)]), 1))]  # fmt: skip
+    incomplete = {"backend": "synth", "transport": "modern", "incomplete": "the first are missing"}
+
+    def written(frames: list[tuple[Direction, bytes]], header: dict[str, str], name: str) -> Path:
+        records = [Record(float(i), d, None, f, wire.decode(f)) for i, (d, f) in enumerate(frames)]
+        checked = {i: Expectation(errnos.EEXIST) for i, (d, f) in enumerate(frames) if (d, f) == orphan}
+        return write_reproducer(tmp_path / name, records, header, checked)
+
+    header, steps = read_reproducer(written([orphan, *walk], incomplete, "cut.9p"))
+    assert header["incomplete"] == "the first are missing" and "replay" not in header
+    assert [(wire.decode(s.request), s.reply and wire.decode(s.reply), s.expected) for s in steps] == [
+        (wire.decode(walk[0][1]), wire.decode(walk[1][1]), None)  # the orphan's <== went with it
+    ]
+    for frames, head, name in (([*version[:1], orphan, version[1], *walk], incomplete, "whole.9p"),
+                               ([orphan, *walk], {"backend": "synth", "transport": "modern"}, "plain.9p")):  # fmt: skip
+        with pytest.raises(ReproducerError, match="a reply with tag 5 answers no recorded request"):
+            read_reproducer(written(frames, head, name))
 
 
 def test_an_expectation_on_a_request_never_answered_is_judged(tmp_path: Path) -> None:

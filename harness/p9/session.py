@@ -53,8 +53,10 @@ hexlog = logging.getLogger(__name__ + ".hexdump")
 DEFAULT_TIMEOUT = 10.0
 #: Reply buffer used before a Tversion has fixed msize.
 PREVERSION_REPLY_CAPACITY = 8192
-#: Messages a session keeps for its trace and reproducer: enough for every case here (xattr_limit's
-#: 1,024 fids take ~4,000), so that a reproducer starts at Tversion; a failure shows the last 200.
+#: Records (messages, batch bounds, faults) a session keeps for its trace and reproducer; a failure
+#: shows the last 200. Most cases' whole sessions fit (xattr_limit's 1,024 fids take ~4,000); a few
+#: outgrow it (budget/xattr_fids, budget/walked_fids: tens of thousands), and their reproducers,
+#: which then lack their start, say so (``# incomplete:``) and name the case to run instead.
 HISTORY = 16384
 #: The tag of a raw frame too short to carry one.
 NO_TAG = -1

@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 from harness.errors import P9ProtocolError, ReproducerError
 from harness.p9 import wire
+from harness.p9.messages import Tversion
 
 MAGIC = "# virtio9p-harness reproducer"
 END = "# end: "
@@ -155,12 +156,25 @@ def format_records(records: Iterable[Record]) -> str:
     return "\n".join(record.line(records[0].time) for record in records)
 
 
+def case_id(nodeid: str) -> str:
+    """What ``pytest -k`` selects a case by: its case path (``local/states/...``, the id in its
+    node id's brackets), else its function's name."""
+    return nodeid.split("[", 1)[1].removesuffix("]") if "[" in nodeid else nodeid.rsplit("::", 1)[-1]
+
+
+def rerun_command(nodeid: str, binary: str) -> str:
+    """The command that runs a case again on ``binary``, for a bug its reproducer cannot replay
+    (this interpreter: the command works outside the venv too)."""
+    return f"{sys.executable} -m pytest cases/ -k '{case_id(nodeid)}' --runxfail --qemu-binary {binary}"
+
+
 def write_reproducer(
     path: Path, records: Iterable[Record], header: Mapping[str, str], expected: Mapping[int, Expectation] | None = None
 ) -> Path:
     """Write the exchange; ``expected`` maps a record's index to what the case wanted of it."""
     lines = [MAGIC, *(f"# {key}: {value}" for key, value in header.items())]
-    lines.append(f"# replay: {sys.executable} -m harness replay {path}")
+    if "incomplete" not in header:  # replay refuses an incomplete one: its header says what to run instead
+        lines.append(f"# replay: {sys.executable} -m harness replay {path}")
     for index, record in enumerate(records):
         if record.direction is Direction.NOT_SENT:
             continue
@@ -205,7 +219,8 @@ class Step:
 
 
 def _awaited(steps: list[Step], tag: int) -> int | None:
-    """The last step with request tag ``tag`` and no reply yet (replies can come out of order)."""
+    """The last step with request tag ``tag`` and no reply yet (replies can come out of order);
+    None when no step awaits one."""
     for at in range(len(steps) - 1, -1, -1):
         if steps[at].reply is None and wire.peek_header(steps[at].request)[2] == tag:
             return at
@@ -340,7 +355,10 @@ def _parse(lines: list[str]) -> tuple[dict[str, str], list[Step]]:
     header: dict[str, str] = {}
     steps: list[Step] = []
     last_answered, depth, batches, fault = -1, 0, 0, ""
-    lost = False  # the last reply answers a request an incomplete trace lost (its start is cut)
+    # a trace marked incomplete whose first message is not a Tversion lost its start, and with it
+    # the requests some of its first replies answer; ``lost``: the last reply answers one of those
+    cut: bool | None = None
+    lost = False
     for number, line in enumerate(lines, start=2):
         if line.startswith(f"{Direction.FAULT} "):  # on the request that follows
             fault = line[len(Direction.FAULT) + 1 :]
@@ -353,6 +371,8 @@ def _parse(lines: list[str]) -> tuple[dict[str, str], list[Step]]:
             batches += line.endswith(BATCH_BEGIN) and depth == 1
         elif line.startswith("--> "):
             steps.append(Step(bytes.fromhex(line.split()[1]), None, batch=batches if depth else 0, fault=fault))
+            if cut is None:
+                cut = "incomplete" in header and wire.peek_header(steps[-1].request)[1] != Tversion.TYPE
             fault, lost = "", False
             last_answered = -1  # an expectation right after a request is on that request (no reply came)
         elif line.startswith("<-- "):
@@ -360,10 +380,11 @@ def _parse(lines: list[str]) -> tuple[dict[str, str], list[Step]]:
             empty = field.startswith("(empty")
             reply = b"" if empty else bytes.fromhex(field)
             tag = int(field.split("=")[1].rstrip(")")) if empty else wire.peek_header(reply)[2]
+            cut = "incomplete" in header if cut is None else cut
             at = _awaited(steps, tag)
-            if at is None and "incomplete" not in header:
+            if at is None and not cut:
                 raise P9ProtocolError(f"a reply with tag {tag} answers no recorded request")
-            if at is None:  # its request went with the trace's start: read on, for replay to refuse the whole
+            if at is None:  # read on, so that replay can refuse the file as incomplete, saying why
                 lost = True
                 continue
             last_answered, lost = at, False

@@ -63,17 +63,18 @@ def doctor(explicit: str | None) -> int:
     idle = f"{cpu_idle.how_cpus_idle()}; {cpu_idle.state() or 'the CPU latency request is unreadable (not root)'}"
     rows.append(("idle CPUs", f"{idle} (benches hold them polling; pytest --keep-cpus-awake)"))
     rows.append(("build cache", str(provision.cache_root())))
-    rows += [build_row(build) for build in qemu_build.builds(provision.cache_root())]
+    default = provision.cached_build()
+    rows += [build_row(build, default) for build in qemu_build.builds(provision.cache_root())]
     rows.append(("usable for the whole suite", VERDICT[status]))
     print(tabulate(rows, headers=("item", "found"), tablefmt="github"))
     return status
 
 
-def build_row(build: qemu_build.Build) -> tuple[str, str]:
-    """A cached build's row: its origin and its variant (a sanitizer build of the default origin is
-    not the default QEMU), then its version and binary."""
-    default = ", the default" if build.origin == qemu_build.DEFAULT_ORIGIN and not build.variant else ""
-    return f"cached build {build.origin} ({build.variant or 'plain'}{default})", f"QEMU {build.version}: {build.binary}"
+def build_row(build: qemu_build.Build, default: Path | None) -> tuple[str, str]:
+    """A cached build's row: its origin and its variant, whether it is ``default`` (the build the
+    harness takes when no binary is named), then its version and binary."""
+    chosen = ", the default" if build.binary == default else ""
+    return f"cached build {build.origin} ({build.variant or 'plain'}{chosen})", f"QEMU {build.version}: {build.binary}"
 
 
 def _qemu_rows(binary: Path, rows: list[tuple[str, str]]) -> int:

@@ -52,7 +52,7 @@ from harness.fault.library import InjectorBuildError, preload_library
 from harness.p9 import wire
 from harness.p9.messages import Rerror, Rlerror
 from harness.p9.session import Pending, Reply
-from harness.p9.trace import SUCCESS, Step, read_reproducer, restore_host
+from harness.p9.trace import SUCCESS, Step, read_reproducer, rerun_command, restore_host
 from harness.p9.wire import RMessage
 from harness.qemu import provision
 from harness.qemu.config import FsConfig, LocalFs, MachineConfig, SynthFs
@@ -414,11 +414,9 @@ def _unjudgeable(header: dict[str, str], steps: list[Step]) -> str | None:
     failed = header.get("outcome") in ("failed", "xfailed")
     if not failed or header.get("qemu-died") or any(step.expected is not None for step in steps):
         return None
-    case = header.get("case", "")
-    name = case.split("[", 1)[1].rstrip("]") if "[" in case else case
     return (f"it records a {header['outcome']} run whose check was not on a 9P reply "
             f"({header.get('check', 'unknown')}); judge this bug with the case itself: "
-            f"pytest cases/ -k {name} --runxfail --qemu-binary B")  # fmt: skip
+            f"{rerun_command(header.get('case', ''), 'B')}")  # fmt: skip
 
 
 def _reply(pending: Pending[RMessage], timeout: float) -> bytes | None:
