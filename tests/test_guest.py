@@ -82,6 +82,28 @@ def test_a_binary_without_tcg_or_kvm_is_refused_saying_which(tmp_path: Path) -> 
         vm.choose_accel(fake, some, tmp_path, "auto")
 
 
+def test_the_kvm_probe_gives_up_on_a_silent_boot_early(tmp_path: Path) -> None:
+    """A boot that prints its first line and then panics works; one silent past the first-line
+    limit (a vCPU spinning in the host kernel), one that stops after its first line, and one
+    whose QEMU exits before the panic (an abort) do not. Each is over as soon as it is decided,
+    and its QEMU is gone after."""
+
+    pid_file = tmp_path / "pid"
+    boots = {
+        "panics": ("echo 'Linux version 6.1'; sleep 0.2; echo 'Kernel panic - not syncing'; sleep 30", True),
+        "silent": ("sleep 30", False),
+        "stalls": ("echo 'Linux version 6.1'; sleep 30", False),
+        "aborts": ("echo 'Linux version 6.1'; echo 'error: failed to set MSR 0x10a' >&2; kill -ABRT $$", False),
+    }
+    for what, (script, works) in boots.items():
+        start = time.monotonic()
+        argv = ["sh", "-c", f'echo $$ > {pid_file}; exec sh -c "{script}"']
+        assert vm.boots_to_panic(argv, first_line=1.0, whole=2.0) is works, what
+        assert time.monotonic() - start < 5, what
+        time.sleep(0.1)
+        assert not Path(f"/proc/{pid_file.read_text().strip()}").exists(), what  # killed and reaped
+
+
 def test_the_archive_is_newc_as_the_kernel_reads_it() -> None:
     """Each entry: the 070701 header of 13 eight-digit hex fields, its NUL-ended name and its data
     each padded to 4 bytes; directories made on the way; the TRAILER!!! entry last."""
