@@ -177,6 +177,24 @@ def test_stopped_as_asked(qemu_under_test: QemuUnderTest, export: Path, tmp_path
     gone(running, qemu, directory)
 
 
+def test_an_unmount_from_outside_ends_it(qemu_under_test: QemuUnderTest, export: Path, tmp_path: Path) -> None:
+    """``fusermount3 -u`` (or ``umount``) as a user ends a FUSE mount: the harness stops as if
+    asked (exit 0, saying why), writes its trace, and leaves nothing."""
+    with Mount(qemu_under_test.binary, export, tmp_path, trace_dir=tmp_path / "trace") as running:
+        qemu = qemu_pid(running)
+        directory = rundir(qemu)
+        (running.path / "f").write_text("made")
+        subprocess.run(["fusermount3", "-u", str(running.path)], check=True, timeout=10)
+        assert running.proc is not None
+        status = running.proc.wait(10)  # on its own: no signal
+        running.stop()
+    assert status == 0 and "unmounted from outside: stopping" in running.stderr(), running.stderr()
+    assert (export / "f").read_text() == "made"
+    header, steps = read_reproducer(tmp_path / "trace" / "reproducer.9p")
+    assert "incomplete" not in header and steps, header
+    gone(running, qemu, directory)
+
+
 def test_stopped_the_moment_it_is_up(qemu_under_test: QemuUnderTest, export: Path, tmp_path: Path) -> None:
     """SIGTERM as soon as the banner is read (what the posix fixture does when a case skips):
     exit 0 and nothing left. The banner comes once every stop signal reaches the trio task."""

@@ -1,5 +1,6 @@
 """``python -m harness mount MOUNTPOINT``: a QEMU, its device brought up by our driver, and its
-export mounted through FUSE in the foreground until Ctrl-C, SIGTERM or QEMU's death.
+export mounted through FUSE in the foreground until Ctrl-C, SIGTERM, an unmount from outside
+(``fusermount3 -u``, ``umount``) or QEMU's death.
 
 Whatever ends it, nothing stays: the mount is unmounted here, or by the watcher (a process of its
 own, which sees the harness's end by a pipe closing: SIGKILL too); QEMU dies with the harness
@@ -226,7 +227,13 @@ async def _main(machine: Machine, outcome: Outcome, banner: str, stops: StopSign
     import trio
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(pyfuse3.main)
+
+        async def serve() -> None:
+            await pyfuse3.main()  # returns when the mount is gone (fusermount3 -u, umount): the others stop too
+            print("unmounted from outside: stopping", file=sys.stderr, flush=True)
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(serve)
 
         async def watch_qemu() -> None:
             while machine.is_running() and outcome.failure is None:
