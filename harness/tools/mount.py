@@ -41,7 +41,7 @@ DEFAULT_MSIZE = 512 << 10
 QEMU_CHECK = 0.5
 #: the signals that stop the mount: Ctrl-C, a supervisor's SIGTERM, a closed terminal's SIGHUP
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-#: Exit statuses: 0 stopped as asked (Ctrl-C, SIGTERM), 1 QEMU died or the harness failed, 130
+#: Exit statuses (docs/posix.md): 0 stopped as asked, 1 QEMU died or the harness failed, 130
 #: stopped before the mount was up.
 STOPPED, FAILED, INTERRUPTED = 0, 1, 130
 
@@ -203,7 +203,7 @@ def _serve(
               f"on {mountpoint}; pid {os.getpid()}, QEMU pid {machine.pid}")  # fmt: skip
     try:
         stops.starting()
-        trio.run(_main, machine, outcome, banner, stops)
+        trio.run(_main, machine, mountpoint, outcome, banner, stops)
     except KeyboardInterrupt:  # a second Ctrl-C while the first was being acted on: the same request
         pass
     finally:
@@ -222,15 +222,20 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-async def _main(machine: Machine, outcome: Outcome, banner: str, stops: StopSignals) -> None:
+async def _main(machine: Machine, mountpoint: Path, outcome: Outcome, banner: str, stops: StopSignals) -> None:
     import pyfuse3
     import trio
 
     async with trio.open_nursery() as nursery:
 
         async def serve() -> None:
-            await pyfuse3.main()  # returns when the mount is gone (fusermount3 -u, umount): the others stop too
-            print("unmounted from outside: stopping", file=sys.stderr, flush=True)
+            # returns when the kernel ends the FUSE session: an unmount from outside (fusermount3 -u,
+            # umount), or the connection aborted (/sys/fs/fuse/connections), which leaves the mount
+            # for the watcher; the other tasks stop with it
+            await pyfuse3.main()
+            if outcome.failure is None:  # else QEMU's death, which says so itself
+                ended = "the FUSE connection was ended" if mounted(mountpoint) else "unmounted"
+                print(f"{ended} from outside: stopping", file=sys.stderr, flush=True)
             nursery.cancel_scope.cancel()
 
         nursery.start_soon(serve)
