@@ -77,3 +77,19 @@ def test_a_diff_is_counted_on_its_own_lines(built: Build) -> None:
 
 def test_functions_never_entered_are_named(built: Build) -> None:
     assert coverage.never_run(coverage.detail(built)) == {"hw/9pfs/9p.c": ["unserved"]}
+
+
+def test_the_firmware_wrapper_runs_the_binary_and_leaves_nothing(tmp_path: Path) -> None:
+    """qos-test's ``qemu-system-x86_64``: the binary with every firmware directory; its directory,
+    and what a qos-test run left in it (a local export it did not remove), go when the block ends."""
+    from harness.qemu.qemu_suite import QOS_FIRMWARE_DIRS, firmware_wrapper
+
+    fake = tmp_path / "qemu"
+    fake.write_text('#!/bin/sh\necho "$@"\n')
+    fake.chmod(0o755)
+    with firmware_wrapper(fake) as wrapper:
+        assert wrapper.name == "qemu-system-x86_64"
+        ran = subprocess.run([str(wrapper), "-display", "none"], capture_output=True, text=True, check=True)
+        assert ran.stdout.split() == [*(f for d in QOS_FIRMWARE_DIRS for f in ("-L", str(d))), "-display", "none"]
+        (wrapper.parent / "qtest-9p-local-abc" / "d").mkdir(parents=True)
+    assert not wrapper.parent.exists()

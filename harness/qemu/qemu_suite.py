@@ -3,7 +3,9 @@ how to run its qos-test binary beside ours on the same QEMU."""
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from harness.qemu import versions
@@ -46,14 +48,16 @@ QOS_PREFIX = "/x86_64/pc/i440FX-pcihost/pci-bus-pc/pci-bus/virtio-9p-pci/virtio-
 QOS_FIRMWARE_DIRS = (*FIRMWARE_DIRS, Path("/usr/lib/ipxe/qemu"))
 
 
-def firmware_wrapper(binary: Path) -> Path:
-    """A ``qemu-system-x86_64`` script that runs ``binary`` with the firmware directories.
+@contextlib.contextmanager
+def firmware_wrapper(binary: Path) -> Iterator[Path]:
+    """A ``qemu-system-x86_64`` script that runs ``binary`` with the firmware directories, in a
+    directory of its own that is removed after (with what a qos-test run left there: run it there).
 
     libqtest runs ``exec $QTEST_QEMU_BINARY ...`` and insists on the ``-system-<arch>`` name.
     """
-    directory = Path(tempfile.mkdtemp(prefix="v9p-qos-"))
-    wrapper = directory / "qemu-system-x86_64"
-    dirs = " ".join(f"-L {d}" for d in QOS_FIRMWARE_DIRS)
-    wrapper.write_text(f'#!/bin/sh\nexec {binary} {dirs} "$@"\n')
-    wrapper.chmod(0o755)
-    return wrapper
+    with tempfile.TemporaryDirectory(prefix="v9p-qos-", ignore_cleanup_errors=True) as directory:
+        wrapper = Path(directory) / "qemu-system-x86_64"
+        dirs = " ".join(f"-L {d}" for d in QOS_FIRMWARE_DIRS)
+        wrapper.write_text(f'#!/bin/sh\nexec {binary} {dirs} "$@"\n')
+        wrapper.chmod(0o755)
+        yield wrapper

@@ -17,7 +17,6 @@ import json
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -87,11 +86,10 @@ def run_selection(binary: Path, selection: list[str]) -> int:
 def run_qos_test(build: qemu_build.Build) -> None:
     if build.qos_test is None:
         raise HarnessError(f"no qos-test in {build.directory}")
-    wrapper = firmware_wrapper(build.binary)
-    with tempfile.TemporaryDirectory(prefix="v9p-qos-cov-") as scratch:  # its local exports go here
+    with firmware_wrapper(build.binary) as wrapper:  # its local exports go beside it
         env = {"QTEST_QEMU_BINARY": str(wrapper), "PATH": "/usr/bin:/bin"}
-        subprocess.run([str(build.qos_test), "-m", "slow", "-r", QOS_PREFIX], cwd=scratch, env=env, check=False,
-                       capture_output=True)  # fmt: skip
+        subprocess.run([str(build.qos_test), "-m", "slow", "-r", QOS_PREFIX], cwd=wrapper.parent, env=env,
+                       check=False, capture_output=True)  # fmt: skip
 
 
 def changed_lines(tree: Path, base: str) -> dict[str, set[int]]:

@@ -62,24 +62,24 @@ def bench_suite(explicit: str | None, rounds: int, json_path: str | None = None)
     qos_test = provision.qos_test_for(binary)
     if qos_test is None:
         raise ProvisionError(f"no qos-test beside {binary}: `python -m harness qemu build` builds it beside every QEMU")
-    wrapper = firmware_wrapper(binary)
-    only = [arg for name in QEMU_72_CASES for arg in ("-p", f"{QOS_PREFIX}/{name}")]
-    names = " or ".join(f"{name}]" for name in QEMU_72_CASES)  # the ids end in the path
-    pytest = [sys.executable, "-m", "pytest", "cases/", "-q", "--qemu-binary", str(binary), "--qemu-suite", "-k", names]
-    ours = pytest_env()
-    qtest_path = ["--guest-memory", "qtest"]
-    runners = {
-        "qos-test (QEMU's C suite)": ([str(qos_test), "-m", "slow", *only],
-                                      {**os.environ, "QTEST_QEMU_BINARY": str(wrapper)}),
-        "ours, pytest": (pytest, ours),
-        "ours, pytest -n 2": ([*pytest, "-n", "2"], ours),
-        "ours, pytest, qtest path": ([*pytest, *qtest_path], ours),
-        "ours, pytest -n 2, qtest path": ([*pytest, "-n", "2", *qtest_path], ours),
-        # No pytest run is quicker than pytest's own import: the floor under every row above.
-        PYTEST_FLOOR: ([sys.executable, "-c", "import pytest"], ours),
-    }  # fmt: skip
-    times: dict[str, list[float]] = {name: [] for name in runners}
-    try:
+    with firmware_wrapper(binary) as wrapper:
+        only = [arg for name in QEMU_72_CASES for arg in ("-p", f"{QOS_PREFIX}/{name}")]
+        names = " or ".join(f"{name}]" for name in QEMU_72_CASES)  # the ids end in the path
+        pytest = [sys.executable, "-m", "pytest", "cases/", "-q", "--qemu-binary", str(binary), "--qemu-suite",
+                  "-k", names]  # fmt: skip
+        ours = pytest_env()
+        qtest_path = ["--guest-memory", "qtest"]
+        runners = {
+            "qos-test (QEMU's C suite)": ([str(qos_test), "-m", "slow", *only],
+                                          {**os.environ, "QTEST_QEMU_BINARY": str(wrapper)}),
+            "ours, pytest": (pytest, ours),
+            "ours, pytest -n 2": ([*pytest, "-n", "2"], ours),
+            "ours, pytest, qtest path": ([*pytest, *qtest_path], ours),
+            "ours, pytest -n 2, qtest path": ([*pytest, "-n", "2", *qtest_path], ours),
+            # No pytest run is quicker than pytest's own import: the floor under every row above.
+            PYTEST_FLOOR: ([sys.executable, "-c", "import pytest"], ours),
+        }  # fmt: skip
+        times: dict[str, list[float]] = {name: [] for name in runners}
         _timed([*pytest, "--co"], ours)  # fills the bytecode cache, as any earlier run would have
         for _ in range(rounds):
             for name, (argv, env) in runners.items():
@@ -91,8 +91,6 @@ def bench_suite(explicit: str | None, rounds: int, json_path: str | None = None)
                 if status != 0 or passed != wanted:
                     raise HarnessError(f"{name}: exit {status}, {passed} of {wanted} passed:\n{output[-3000:]}")
                 times[name].append(seconds)
-    finally:
-        shutil.rmtree(wrapper.parent, ignore_errors=True)
     title = f"QEMU's 27 virtio-9p cases on {home(binary)}, {rounds} rounds each, interleaved; whole-process wall time"
     data = {"title": f"{title}; {load(steal)}", "baseline": "qos-test (QEMU's C suite)", "times": times,
             "outcomes": {name: "no case" if name == PYTEST_FLOOR else f"{len(QEMU_72_CASES)} passed"
