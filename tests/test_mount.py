@@ -158,6 +158,29 @@ def test_the_trace_replays(mount: Mount, tmp_path: Path, qemu_under_test: QemuUn
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
 
 
+def test_a_trace_past_its_limit_is_refused_as_incomplete(
+    qemu_under_test: QemuUnderTest, export: Path, tmp_path: Path
+) -> None:
+    """``--trace-limit 20`` on a longer conversation: the reproducer keeps its last records, says it
+    lacks its start, and replay refuses it as incomplete (255), not as unreadable."""
+    trace = tmp_path / "trace"
+    with Mount(qemu_under_test.binary, export, tmp_path, trace_dir=trace, trace_limit=20) as running:
+        for name in "abcde":
+            (running.path / name).write_text(name)
+        os.rename(running.path / "a", running.path / "z")
+        assert running.stop() == 0, running.stderr()
+    header, _ = read_reproducer(trace / "reproducer.9p")
+    assert header["incomplete"] == "the mount kept its last 20 messages only (--trace-limit)", header
+    replayed = subprocess.run(
+        [sys.executable, "-m", "harness", "replay", str(trace / "reproducer.9p"),
+         "--qemu-binary", str(qemu_under_test.binary)],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert replayed.returncode == 255 and "it is incomplete (the mount kept its last 20" in replayed.stdout, (
+        replayed.stdout + replayed.stderr
+    )
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
 def test_stopped_as_asked(qemu_under_test: QemuUnderTest, export: Path, tmp_path: Path, signum: int) -> None:
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or SIGTERM: exit 0, even

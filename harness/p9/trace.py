@@ -27,7 +27,7 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -154,6 +154,12 @@ def format_records(records: Iterable[Record]) -> str:
     if not records:
         return ""
     return "\n".join(record.line(records[0].time) for record in records)
+
+
+def lost_its_start(records: Sequence[Record]) -> bool:
+    """Whether a session's records begin after its Tversion: its history was full (``HISTORY``,
+    or a mount's ``--trace-limit``) and dropped the first, so a reproducer of it is incomplete."""
+    return bool(records) and not (records[0].direction is Direction.SENT and isinstance(records[0].message, Tversion))
 
 
 def case_id(nodeid: str) -> str:

@@ -29,7 +29,7 @@ from harness.fuse import require_fuse
 from harness.fuse.watcher import mounted
 from harness.p9.channel import Channel
 from harness.p9.session import Session
-from harness.p9.trace import format_records, write_reproducer
+from harness.p9.trace import format_records, lost_its_start, write_reproducer
 from harness.qemu.config import LocalFs, MachineConfig, SecurityModel, SynthFs
 from harness.qemu.machine import Machine
 from harness.qemu.provision import usable_config
@@ -271,7 +271,7 @@ def _write_trace(options: MountOptions, config: MachineConfig, session: Session,
     header = {"backend": config.fs.kind, "transport": config.transport, "qemu": str(config.binary), "fsdev": fsdev,
               "source": source, **extra}  # fmt: skip
     records = list(session.history)
-    if records and records[0].message is not None and records[0].message.NAME != "Tversion":
+    if lost_its_start(records):
         header["incomplete"] = f"the mount kept its last {len(records)} messages only (--trace-limit)"
     write_reproducer(options.trace_dir / "reproducer.9p", records, header)
     (options.trace_dir / "trace.txt").write_text(format_records(records))
