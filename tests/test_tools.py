@@ -290,6 +290,46 @@ def test_the_expectation_sits_on_the_request_the_case_checked(tmp_path: Path, qe
     assert "expected Rlerror ENOENT (2), got Rwalk(" in done.stdout and "Tclunk" not in done.stdout
 
 
+CELL_THEN_CLEANED = textwrap.dedent(
+    """
+    import errno
+    from fixtures.answers import OK, Err, answer_of
+    from fixtures.case_path import case_path
+    from fixtures.cells import Verdict, assert_verdict
+    from harness.p9.messages import Twalk
+
+    @case_path("tools/cell_{wanted}", backends=["synth"], wanted=["refusal", "success"])
+    def test_cell(attached, wanted):
+        # as run_cell() judges a cell: the request, its fids clunked, and only then the verdict
+        request = Twalk(fid=0, newfid=1, wnames=["WALK0" if wanted == "refusal" else "missing"])
+        done = attached.send(request).wait()
+        attached.clunk(1 if wanted == "refusal" else attached.walk_fid(0, []))
+        want = Err(errno.ENOENT) if wanted == "refusal" else OK
+        assert_verdict(Verdict("cell", request, want, answer_of(done.message), ["not the model's answer"],
+                               frame=done.frame))
+    """
+)
+
+
+def test_a_cells_expectation_sits_on_its_request_not_on_its_clean_up(
+    tmp_path: Path, qemu_under_test: QemuUnderTest
+) -> None:
+    """A table's cell is judged after its fids are clunked: the verdict names its reply, so the
+    reproducer's <== line is on the cell's Twalk (a refusal wanted, or a success), and replay finds
+    the difference there instead of calling the clean-up's Rclunk right (exit 0 on the bug)."""
+    out, _ = run_pytest(tmp_path, qemu_under_test, source=CELL_THEN_CLEANED).communicate(timeout=60)
+    assert "2 failed" in out, out
+    for wanted, line, got in (
+        ("refusal", "<== Rlerror ENOENT (2)", "expected Rlerror ENOENT (2), got Rwalk("),
+        ("success", "<== success (no error)", "expected success, got Rlerror ENOENT (2)"),
+    ):
+        (reproducer,) = (tmp_path / "v9p-artefacts").glob(f"*cell_{wanted}*/reproducer.9p")
+        lines = reproducer.read_text().splitlines()
+        assert "<-- " in lines[lines.index(line) - 1] and "Twalk(" in lines[lines.index(line) - 2], lines
+        done = harness("replay", str(reproducer), "--qemu-binary", str(qemu_under_test.binary))
+        assert done.returncode == 1 and got in done.stdout and "Tclunk" not in done.stdout, done.stdout + done.stderr
+
+
 def _replay_tmp_dirs() -> set[str]:
     return {p.name for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("v9p-replay-*")}
 
