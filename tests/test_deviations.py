@@ -113,6 +113,23 @@ def test_the_readdir_bug_is_a_table_s_on_the_releases_without_its_fix() -> None:
     assert Verdict("file/readdir", request, Err(errno.ENOTDIR), None, ["a known bug kills QEMU"]).outcome() == "wrong"
 
 
+def test_an_out_of_date_marker_is_named_by_the_bug_whose_answer_did_not_come() -> None:
+    """A right answer where two table bugs apply, one of which would have answered the same (its
+    answers are the model's): the marker out of date is the other's, and the tally names it."""
+    from fixtures.cells import Tally, _tally
+    from fixtures.known import Known
+
+    same = Known(pytest.mark.qemu_bug(reason="a bug that answers as the model here").mark, "same")
+    other = Known(pytest.mark.qemu_bug(reason="the bug that answers EINVAL").mark, "the bug that answers EINVAL")
+    request = Tsetattr(fid=1, valid=wire.SETATTR_SIZE, size=3)
+    verdict = Verdict("root/dir/setattr/size", request, Err(errno.EISDIR), Err(errno.EISDIR),
+                      buggy=[(same, {Err(errno.EISDIR)}), (other, {Err(errno.EINVAL)})])  # fmt: skip
+    assert verdict.outcome() == "unseen" and verdict.unseen_bugs() == [other]
+    tally = Tally(1)
+    _tally(tally, None, verdict)  # type: ignore[arg-type]  # an unseen cell's tally reads no cell
+    assert tally.unseen[0].endswith(": the bug that answers EINVAL"), tally.unseen
+
+
 def test_a_getattr_of_an_unlinked_open_file_goes_by_version() -> None:
     """On 9.0.4 the Tgetattr of an open file whose name is gone looks its path up (ENOENT) and
     depends on that path; on 9.1.3 it stats the descriptor (its node's data)."""
