@@ -248,12 +248,16 @@ def summary(bugs: list[KnownBug]) -> str:
     unfixed = [bug for bug in bugs if not bug.fixed_in]
     reported = [bug for bug in unfixed if bug.upstream]
     patched = sum(1 for bug in reported if all(has_patch(name) for name in bug.upstream))
-    return (
-        f"Of the {len(bugs)} rows below, {len(unfixed)} are bugs no release fixes: {len(reported)} have a page "
+    pageless = len(unfixed) - len(reported)
+    pages = (
         f"ready to send to QEMU's maintainers ({patched} with a patch, {len(reported) - patched} without one, "
-        f"the page saying why; no page has been sent yet), {len(unfixed) - len(reported)} "
-        f"{'has' if len(unfixed) - len(reported) == 1 else 'have'} no page yet (each says so).\n\n"
+        "the page saying why; no page has been sent yet)"
     )
+    said = f"every one has a page {pages}" if not pageless else (
+        f"{len(reported)} have a page {pages}, {pageless} {'has' if pageless == 1 else 'have'} no page yet "
+        "(each says so)"
+    )  # fmt: skip
+    return f"Of the {len(bugs)} rows below, {len(unfixed)} are bugs no release fixes: {said}.\n\n"
 
 
 def page() -> str:
