@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from fixtures.case_path import case_path
-from fixtures.deviations import WSTAT_SYNC_EMPTY_REPLY
+from fixtures.deviations import DOTU_LISTING_BY_PATH, WSTAT_SYNC_EMPTY_REPLY
 from fixtures.expect import UnexpectedReply, expect_an_error, expect_field, expect_rlerror
+from fixtures.model import SECURITY_MODELS
 from fixtures.place import Place
 from harness.errors import P9ProtocolError, P9Rlerror, QEMUExited
 from harness.p9 import wire
@@ -485,6 +486,35 @@ def test_read_of_a_directory_is_stat_records(place: Place, dialect: str, count: 
     for record in records:
         if record.name not in (".", ".."):
             assert_stat_is_host(record, place.host_path(record.name))
+    p9.clunk(fid)
+
+
+@pytest.mark.qemu_bug(**DOTU_LISTING_BY_PATH, raises=P9Rlerror)
+@pytest.mark.fsdev(multidevs="warn")
+@case_path("dotu/read_dir/after_host_swap/{security_model}", backends=["local"], dialect=DIALECT,
+           security_model=list(SECURITY_MODELS))  # fmt: skip
+def test_read_of_a_directory_after_host_swap(place: Place, dialect: str, security_model: str) -> None:
+    """The Tread of a directory the client opened gives that directory's entries, each its own
+    stat ("." the directory itself, a symlink's target its own), after the host gives its name to
+    another directory (the old one renamed aside, a new one in its place), as getdents(2) and
+    fstatat(2) on its descriptor would."""
+    old = place.host_path("d")
+    old.mkdir()
+    for name in ("a", "b"):
+        (old / name).write_bytes(name.encode())
+    os.symlink("a", old / "l")
+    p9 = place.session
+    fid = p9.walk_fid(place.fid, ["d"])
+    p9.open(fid, wire.OREAD)
+    place.host_edited()
+    old.rename(place.host_path("d.old"))
+    place.host_path("d").mkdir()
+    place.host_path("d", "c").write_bytes(b"c")
+    records = read_directory(p9, fid, 8192)
+    assert [s.name for s in records] == [".", "..", "a", "b", "l"], records
+    assert records[0].qid.path == place.host_path("d.old").lstat().st_ino  # ".": the open directory
+    for record in records[2:]:
+        assert_stat_is_host(record, place.host_path("d.old", record.name))
     p9.clunk(fid)
 
 

@@ -13,7 +13,13 @@ from __future__ import annotations
 import pytest
 
 from fixtures.case_path import Shown, case_path
-from fixtures.deviations import LOCK_CONFLICT, READDIR_BY_PATH_REASON, RECLAIM_O_TRUNC, WSTAT_SYNC_EMPTY_REPLY
+from fixtures.deviations import (
+    DOTU_LISTING_BY_PATH,
+    LOCK_CONFLICT,
+    READDIR_BY_PATH_REASON,
+    RECLAIM_O_TRUNC,
+    WSTAT_SYNC_EMPTY_REPLY,
+)
 from fixtures.guest import BY_NAME, CONFIGS, FULL_CONFIGS, PROGRAMS, Boot, problems, programs_for
 from harness.qemu import versions
 
@@ -31,21 +37,13 @@ def _not_run(program: str, config: str) -> bool:
     return BY_NAME[program] not in programs_for(next(c for c in FULL_CONFIGS if c.name == config))
 
 
-#: a 9P2000.u Tread of a directory stats each entry by the fid's path, under any multidevs
-DOTU_LISTING_BY_PATH = (
-    "v9fs_do_readdir_with_stat() (a 9P2000.u Tread of a directory) lstat()s each entry by the fid's path and "
-    "name: once another directory has the listed one's name the listing ends with ENOENT, which a Linux guest's "
-    "readdir() takes as the directory's end, so a directory the host swapped lists as empty (seen in "
-    "guest/host_swap/u-none; no page yet: the fix needs a whole stat relative to the open directory)"
-)
-
-
 @pytest.mark.qemu_bug(**LOCK_CONFLICT, raises=AssertionError, when={"program": ("flock", "fcntl_lock"), "config": DOTL})
 @pytest.mark.qemu_bug(fixed_in=(), introduced_in=versions.REMAP_DEFAULT, reason=READDIR_BY_PATH_REASON,
                       raises=AssertionError, upstream="listing-remap-cost",
                       when={"program": "host_swap", "config": ("L-none",)})  # fmt: skip
-@pytest.mark.qemu_bug(fixed_in=(), reason=DOTU_LISTING_BY_PATH, raises=AssertionError,
-                      when={"program": "host_swap", "config": ("u-none",)})  # fmt: skip
+@pytest.mark.qemu_bug(
+    **DOTU_LISTING_BY_PATH, raises=AssertionError, when={"program": "host_swap", "config": ("u-none",)}
+)
 @pytest.mark.qemu_bug(**RECLAIM_O_TRUNC, raises=AssertionError, when={"program": "reclaim", "config": ("u-none",)})
 @pytest.mark.qemu_bug(
     **WSTAT_SYNC_EMPTY_REPLY, raises=AssertionError, when={"program": FSYNCS, "config": DOTU},
