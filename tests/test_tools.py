@@ -46,11 +46,16 @@ CASES = textwrap.dedent(
 )
 
 
-def harness(*args: str, stdin: str = "", cwd: Path = PROJECT) -> subprocess.CompletedProcess[str]:
-    """``python -m harness ARGS``; a matrix runs in a ``cwd`` of its own (its v9p-matrix/ is there)."""
+def harness(
+    *args: str, stdin: str = "", cwd: Path = PROJECT, tmpdir: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m harness ARGS``; a matrix runs in a ``cwd`` of its own (its v9p-matrix/ is there);
+    ``tmpdir``: its TMPDIR, so that what it leaves there is its own, not another worker's."""
+    env = None if tmpdir is None else {**os.environ, "TMPDIR": str(tmpdir)}
     return subprocess.run(
-        [sys.executable, "-m", "harness", *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=300
-    )
+        [sys.executable, "-m", "harness", *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=300,
+        env=env,
+    )  # fmt: skip
 
 
 def test_last_failed_reruns_just_the_failing_case(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
@@ -330,10 +335,6 @@ def test_a_cells_expectation_sits_on_its_request_not_on_its_clean_up(
         assert done.returncode == 1 and got in done.stdout and "Tclunk" not in done.stdout, done.stdout + done.stderr
 
 
-def _replay_tmp_dirs() -> set[str]:
-    return {p.name for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("v9p-replay-*")}
-
-
 def test_a_damaged_reproducer_is_never_judged(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
     """Cut in half, cut inside its last line, cut before a recorded death, edited, or naming a
     backend, transport or host files replay cannot make: exit 255 with one line, no traceback, no
@@ -366,13 +367,14 @@ def test_a_damaged_reproducer_is_never_judged(tmp_path: Path, qemu_under_test: Q
         path = tmp_path / f"{len(files)}.9p"
         write_reproducer(path, [], {**fields, **changed})  # complete files, naming what replay cannot make
         files[what] = (path, said)
-    before = _replay_tmp_dirs()
+    scratch = tmp_path / "tmp"  # replay's TMPDIR: the other workers' replays make theirs elsewhere
+    scratch.mkdir()
     for what, (path, said) in files.items():
-        done = harness("replay", str(path), "--qemu-binary", str(qemu_under_test.binary))
+        done = harness("replay", str(path), "--qemu-binary", str(qemu_under_test.binary), tmpdir=scratch)
         assert done.returncode == 255, (what, done.stdout, done.stderr)
         assert said in done.stdout and len(done.stdout.strip().splitlines()) == 1, (what, done.stdout)
         assert "Traceback" not in done.stdout + done.stderr, what
-    assert _replay_tmp_dirs() <= before
+    assert not list(scratch.iterdir())
 
 
 def test_a_trace_that_lost_its_start_names_the_case_to_run(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
