@@ -335,6 +335,18 @@ def test_several_values_per_flag_and_a_json_that_names_the_qemu(tmp_path: Path, 
     assert data["host"] and data["date"].startswith("20") and data["cpus"] >= 1
 
 
+def test_a_9p2000u_listing_is_read_with_tread(qemu_under_test: QemuUnderTest) -> None:
+    """``--version 9P2000.u``: each listing is Treads of the open directory, its offset the bytes
+    read so far, to the empty Rread: 30 files' stat records (over 60 bytes each) in one Tread of
+    count msize - 11 and the empty one, and in more than three of count 512."""
+    printed = run("bench", "readdir", "--quick", "--files", "30", "--count", "512", "--version", "9P2000.u",
+                  "--qemu-binary", str(qemu_under_test.binary))  # fmt: skip
+    assert "Tread of a directory (9P2000.u)" in printed and "Treaddir" not in printed, printed
+    reads = {(row[0], row[1], row[3]): int(row[4]) for row in table_rows(printed)}
+    assert reads[("local", "30", "8181")] == 2, printed
+    assert reads[("local", "30", "512")] > 4, printed
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
 def test_a_bench_stopped_leaves_nothing(tmp_path: Path, qemu_under_test: QemuUnderTest, signum: int) -> None:
     """Ctrl-C or SIGTERM in the middle of a bench: exit 130, its QEMU gone, its directory removed."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.p9 import wire
 from harness.qemu.config import SECURITY_MODELS
 
 if TYPE_CHECKING:
@@ -133,6 +134,9 @@ def _readdir_options(parser: argparse.ArgumentParser) -> None:
     _many(parser, "--msize", "msize values (default 8192 1048576)")
     _many(parser, "--count", "split counts besides msize - 11 (default 2048: a listing in parts)")
     parser.add_argument("--runs", type=int, default=20, help="listings measured per row (after 2 warm-ups)")
+    parser.add_argument("--version", choices=(wire.DOTL, wire.DOTU), default=wire.DOTL,
+                        help="the dialect: 9P2000.L lists with Treaddir (default), 9P2000.u with Tread of the "
+                        "open directory, whose server stats each entry (local directories only)")  # fmt: skip
     _quick(parser, "tiny directories, 2 runs")
 
 
@@ -141,7 +145,8 @@ def _readdir(args: argparse.Namespace, variant: Variant, export: Path | None) ->
 
     sizes = args.files or ([20, 200] if args.quick else [100, 1000, 10000, 100000])  # given sizes win
     msizes = args.msize or ([8192] if args.quick else [8192, 1 << 20])
-    return readdir_table(variant, sizes, msizes, 2 if args.quick else args.runs, args.count or [2048], export)
+    return readdir_table(variant, sizes, msizes, 2 if args.quick else args.runs, args.count or [2048], export,
+                         args.version)  # fmt: skip
 
 
 def _readdir_measure(variant: Variant, settings: Settings, export: Path) -> Table:
