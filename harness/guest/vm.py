@@ -287,7 +287,7 @@ def _decoded(lines: list[str] | None) -> bytes:
 def run(
     binary: Path,
     kernel: Kernel,
-    fs: LocalFs,
+    fs: FsConfig,
     script: str,
     *,
     cache: Path,
@@ -306,6 +306,8 @@ def run(
     ``files``: more files for the guest's root (path -> bytes, executable), such as a test suite.
     ``fault``: the fault injector's library and a fault (harness/fault), armed from QEMU's start
     to its end; the run's ``injected`` holds the host calls it failed."""
+    if fault is not None and not isinstance(fs, LocalFs):
+        raise ValueError(f"a fault needs a local export's host calls, not {fs.kind}'s")
     chosen = choose_accel(binary, kernel, cache, accel)
     image = initramfs.build(kernel, cache)
     # removed in the finally below, or else at interpreter exit (TemporaryDirectory's finalizer)
@@ -330,7 +332,7 @@ def run(
         for attempt in range(BOOT_ATTEMPTS):
             (workdir / "console").unlink(missing_ok=True)
             start = time.monotonic()
-            injector = Injector.create(workdir, fs.path) if fault is not None else None
+            injector = Injector.create(workdir, fs.path) if fault is not None and isinstance(fs, LocalFs) else None
             armed = injector.armed(fault[1]) if injector is not None and fault is not None else contextlib.nullcontext()
             with open(workdir / "qemu.log", "wb") as log, armed as seen:
                 qemu = subprocess.Popen(

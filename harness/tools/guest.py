@@ -9,11 +9,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.errors import HarnessError
 from harness.fault.control import Fault
 from harness.fault.library import preload_library
 from harness.guest import kernel as kernels
 from harness.qemu import provision
-from harness.qemu.config import SECURITY_MODELS, LocalFs
+from harness.qemu.config import SECURITY_MODELS, LocalFs, SynthFs
 from harness.tools import guest_pjdfstest
 
 
@@ -28,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modules", help="with --kernel PATH: its modules directory (lib/modules/RELEASE)")
     parser.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
     parser.add_argument("--export", help="the directory exported (default: a new empty one, removed after)")
+    parser.add_argument("--synth", action="store_true",
+                        help="export QEMU's synth backend instead of a directory: its root alone, '.' and '..' (its "
+                        "test tree is made under the qtest accelerator only)")  # fmt: skip
     parser.add_argument("--security-model", choices=SECURITY_MODELS, default="mapped-xattr")
     parser.add_argument("--multidevs", choices=("warn", "remap", "forbid"))
     parser.add_argument("--readonly", action="store_true")
@@ -56,6 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def guest(args: argparse.Namespace) -> int:
     from harness.guest import vm  # construct and the initramfs builder: only when a guest runs
 
+    if args.synth and (args.export or args.fault or args.pjdfstest or args.readonly):
+        raise HarnessError("--synth exports no host directory: --export, --fault, --pjdfstest and --readonly need one")
     binary, _ = provision.find_qemu(args.qemu_binary)
     cache = provision.cache_root()
     kernel = kernels.find_kernel(args.kernel, cache, Path(args.modules) if args.modules else None)
@@ -69,7 +75,7 @@ def guest(args: argparse.Namespace) -> int:
         script, extra = guest_pjdfstest.script(names, vm.EXPORT), guest_pjdfstest.files(source)
     with tempfile.TemporaryDirectory(prefix="v9p-guest-export-") as scratch:
         export = Path(args.export) if args.export else Path(scratch)
-        fs = LocalFs(export.absolute(), args.security_model, args.multidevs, args.readonly)
+        fs = SynthFs() if args.synth else LocalFs(export.absolute(), args.security_model, args.multidevs, args.readonly)
         fault = (preload_library(cache), Fault.parse(args.fault)) if args.fault else None
         run = vm.run(binary, kernel, fs, script, cache=cache, mounts=(mount,), accel=args.accel,
                      timeout=args.timeout, trace=bool(args.trace), nofile=args.nofile, files=extra,
