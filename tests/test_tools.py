@@ -593,3 +593,32 @@ def test_summary_says_where_the_cpu_time_went(
     assert spent, out
     assert int(spent["waits"]) >= 1 and int(spent["notifies"]) >= 1, out
     assert float(spent["wait_s"]) + float(spent["notify_s"]) < harness, out
+
+
+def test_a_directory_reads_expected_records_are_judged_less_what_the_host_decides() -> None:
+    """``<== data equal to`` on a 9P2000.u directory read (stat records): on local, records equal
+    but for qid paths and versions and times (the host's, new on every replay) answer as expected;
+    other names are a difference, said by the names; on synth the bytes must be equal."""
+    from harness.p9 import wire
+    from harness.p9.layout import layout
+    from harness.p9.messages import Rread, Tread
+    from harness.p9.trace import Expectation, Step
+    from harness.tools import replay
+
+    def records(*named: tuple[str, int, int]) -> bytes:
+        return b"".join(
+            layout(wire.Stat).body.build(layout(wire.Stat).to_wire(wire.Stat(
+                type=0, dev=0, qid=wire.Qid(0, version, path), mode=0o644, atime=path, mtime=path, length=0,
+                name=name, uid="", gid="", muid="", extension="HARDLINKCOUNT 1", n_uid=0, n_gid=0, n_muid=0)))
+            for name, version, path in named
+        )  # fmt: skip
+
+    wanted = records(("f01", 1, 70), ("f11", 1, 71))
+    step = Step(wire.encode(Tread(fid=3, offset=162, count=200), 1), None, Expectation(field="data", equals=wanted))
+    again = wire.encode(Rread(data=records(("f01", 9, 900), ("f11", 9, 901))), 1)
+    assert replay._differs(step, again, local=True, died=False) is None
+    assert replay._differs(step, again, local=False, died=False) is not None  # synth: the bytes
+    lost = replay._differs(step, wire.encode(Rread(data=records((".", 9, 2), ("f07", 9, 907))), 1), True, False)
+    assert lost == "expected data holding the stat records of ['f01', 'f11'], got those of ['.', 'f07']"
+    file_bytes = replay._differs(step, wire.encode(Rread(data=b"hello"), 1), True, False)
+    assert file_bytes is not None and "equal to" in file_bytes
