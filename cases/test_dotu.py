@@ -16,16 +16,29 @@ from typing import Any
 import pytest
 
 from fixtures.case_path import case_path
-from fixtures.deviations import DOTU_LISTING_BY_PATH, WSTAT_SYNC_EMPTY_REPLY
-from fixtures.expect import UnexpectedReply, expect_an_error, expect_field, expect_rlerror
+from fixtures.deviations import DOTU_LISTING_BY_PATH, READ_COUNT_ABOVE_MSIZE, SYNTH_DOT_NAMES, WSTAT_SYNC_EMPTY_REPLY
+from fixtures.expect import (
+    FieldNotAsWanted,
+    NoReply,
+    UnexpectedReply,
+    expect_a_reply,
+    expect_an_error,
+    expect_at_most,
+    expect_field,
+    expect_rlerror,
+)
 from fixtures.model import SECURITY_MODELS
 from fixtures.place import Place
+from fixtures.pool import Device
 from harness.errors import P9ProtocolError, P9Rlerror, QEMUExited
+from harness.fault.control import Fault
 from harness.p9 import wire
 from harness.p9.messages import Rerror, Rlerror, Tcreate, Tread, Tstat, Twalk
 from harness.p9.session import Session
+from harness.p9.trace import Expectation
 from harness.p9.wire import Stat
 from harness.qemu import versions
+from synth_tree import READDIR_DIR
 
 DOTU = pytest.mark.fsdev(security_model="passthrough", multidevs="warn")
 CONTENT = b"hello, 9P2000.u"
@@ -487,6 +500,98 @@ def test_read_of_a_directory_is_stat_records(place: Place, dialect: str, count: 
     for record in records:
         if record.name not in (".", ".."):
             assert_stat_is_host(record, place.host_path(record.name))
+    p9.clunk(fid)
+
+
+@pytest.mark.qemu_bug(**SYNTH_DOT_NAMES, raises=P9Rlerror)
+@pytest.mark.needs_synth_tree
+@case_path("dotu/read_dir/synth_count_{count}", backends=["synth"], dialect=DIALECT, count=["msize-11", 300, 100])
+def test_read_of_a_synth_directory(place: Place, dialect: str, count: int | str) -> None:
+    """The synth backend's directory read with Tread as the local one is: whole records, every
+    entry once (".", ".." too) however small the count, each record what Tstat of the entry says
+    (the directory's for ".", its parent's for "..", under their own names)."""
+    p9 = place.session
+    start = place.provide(READDIR_DIR)
+    fid = p9.walk_fid(start, [READDIR_DIR.name])
+    assert p9.open(fid, wire.OREAD).qid.type == wire.QTDIR
+    records = read_directory(p9, fid, p9.msize - wire.RREAD_HEADER if count == "msize-11" else int(count))
+    assert [s.name for s in records] == sorted(READDIR_DIR.names())
+    for record in records:
+        entry = p9.walk_fid(fid, [] if record.name == "." else [record.name])
+        assert record == dataclasses.replace(p9.stat(entry), name=record.name), record.name
+        p9.clunk(entry)
+    p9.clunk(fid)
+
+
+@pytest.mark.qemu_bug(**READ_COUNT_ABOVE_MSIZE, raises=NoReply)
+@DOTU
+@case_path("dotu/read_dir/count_above_msize", backends=["local"], dialect=DIALECT, transport=["modern"])
+def test_read_of_a_directory_count_above_msize(place: Place, dialect: str, transport: str) -> None:
+    """A Tread of a directory whose stat records fill more than msize, for twice msize: at most
+    what fits msize (less the 11-byte Rread header), in whole records, the first of the listing;
+    the rest then read in parts of that size, every entry once."""
+    names = [f"entry-with-a-longer-name-{n:03}" for n in range(200)]
+    for name in names:
+        place.host_path(name).write_bytes(b"")
+    p9 = place.session
+    fid = p9.walk_fid(place.fid, [])
+    p9.open(fid, wire.OREAD)
+    bound = p9.msize - wire.RREAD_HEADER
+    with expect_a_reply(Expectation(field="data", at_most=bound)):
+        reply = p9.rpc(Tread(fid=fid, offset=0, count=2 * p9.msize))
+    expect_at_most(reply, "data", bound)
+    first = wire.parse_stats(reply.data)  # whole records, or it raises
+    assert first, "no record fits msize?"
+    records = read_directory(p9, fid, bound)
+    assert sorted(s.name for s in records) == sorted([".", "..", *names])
+    assert {s.name for s in first} <= {s.name for s in records}
+    p9.clunk(fid)
+
+
+@pytest.mark.qemu_bug(
+    fixed_in=(),
+    reason="v9fs_do_readdir_with_stat() (a 9P2000.u Tread of a directory) drops the records it read when an "
+    "entry's stat fails, and leaves the directory stream past them: the next Tread at the same offset lists "
+    "from after the failed entry, so it and the entries before it in that Tread are never listed",
+    raises=FieldNotAsWanted,
+    upstream="dotu-read-error-position",
+)
+@pytest.mark.fault_injector
+@DOTU
+@case_path("dotu/read_dir/after_a_failed_read", backends=["local"], dialect=DIALECT)
+def test_read_of_a_directory_after_a_failed_read(place: Place, device: Device, dialect: str) -> None:
+    """A Tread of a directory that fails (the host's stat of its second entry fails once, EIO)
+    changes nothing: the same Tread again, at the same offset (read(5): the previous read's offset
+    plus the bytes it returned, none), answers the bytes a listing where nothing failed answers
+    there, and the listing has every entry once."""
+    names = [f"f{n:02}" for n in range(12)]
+    for name in names:
+        place.host_path(name).write_bytes(b"")
+    p9 = place.session
+    count = 200  # two or three records a Tread
+    # a listing where nothing fails, on a fid (and a directory stream) of its own
+    fresh = p9.walk_fid(place.fid, [])
+    p9.open(fresh, wire.OREAD)
+    first = p9.rpc(Tread(fid=fresh, offset=0, count=count)).data
+    wanted = p9.rpc(Tread(fid=fresh, offset=len(first), count=count)).data
+    p9.clunk(fresh)
+    fid = p9.walk_fid(place.fid, [])
+    p9.open(fid, wire.OREAD)
+    assert p9.rpc(Tread(fid=fid, offset=0, count=count)).data == first
+    fault = Fault("fstatat", errno.EIO, nth=2)  # one record read before it
+    injector = device.machine.injector
+    assert injector is not None
+    p9.note_fault(str(fault))
+    with injector.armed(fault) as armed, expect_rlerror(errno.EIO):
+        p9.rpc(Tread(fid=fid, offset=len(first), count=count))
+    assert armed.fired, "the Tread made no second fstatat() to fail"
+    again = p9.rpc(Tread(fid=fid, offset=len(first), count=count))
+    expect_field(again, "data", wanted)
+    records, offset = wire.parse_stats(first + again.data), len(first) + len(again.data)
+    while data := p9.rpc(Tread(fid=fid, offset=offset, count=count)).data:
+        records += wire.parse_stats(data)
+        offset += len(data)
+    assert sorted(s.name for s in records) == sorted([".", "..", *names])
     p9.clunk(fid)
 
 

@@ -9,8 +9,10 @@ import errno
 import pytest
 
 from fixtures.case_path import case_path
+from fixtures.deviations import SYNTH_DOT_NAMES
 from fixtures.expect import expect_rlerror
 from fixtures.place import Place
+from harness.errors import P9Rlerror
 from harness.p9 import wire
 from harness.p9.messages import Rwalk, Twalk
 from harness.p9.session import Session
@@ -93,6 +95,29 @@ def test_walk_dotdot_from_root(attached: Session) -> None:
     assert qids == [root_qid] * 3
     assert p9.getattr(fid).qid == root_qid
     p9.clunk(fid)
+
+
+#: the names of the walk/from_below cases
+DOT_NAMES = {"dot": ".", "dotdot": ".."}
+
+
+@pytest.mark.qemu_bug(**SYNTH_DOT_NAMES, when={"backend": "synth"}, raises=P9Rlerror)
+@pytest.mark.needs_synth_tree
+@case_path("walk/from_below/{name}", name=["dot", "dotdot"])
+def test_walk_dot_names_from_below(place: Place, backend: str, name: str) -> None:
+    """'.' from a directory below the export root stays there, '..' goes to the directory above
+    (walk(5)'s '..' is the parent; '.' is the directory itself, as the local backend has it): the
+    walk's one qid and the new fid's Tgetattr are that directory's."""
+    p9 = place.session
+    start = place.provide(chain(WALK_PATH))
+    above = p9.walk_fid(start, WALK_PATH[:1])
+    below = p9.walk_fid(above, WALK_PATH[1:2])
+    wanted = p9.getattr(below if name == "dot" else above).qid
+    newfid = p9.new_fid()
+    assert p9.walk(below, [DOT_NAMES[name]], newfid).qids == [wanted]
+    assert p9.getattr(newfid).qid == wanted
+    for fid in (newfid, below, above):
+        p9.clunk(fid)
 
 
 @case_path("walk/non_existent")

@@ -172,16 +172,20 @@ def test_the_matrix_tables_in_the_docs_are_the_matrix_output(record: Path) -> No
 
 def test_the_upstream_evidence_tables_are_the_commands_output() -> None:
     """docs/upstream/README.md quotes the matrix of the patches and the bench of their locks, and
-    listing-remap-cost.md its benches: each as ``python -m harness matrix|bench --json`` printed
-    it, printed again here."""
+    listing-remap-cost.md and dotu-listing-by-path.md their benches: each as ``python -m harness
+    matrix|bench --json`` printed it, printed again here."""
     from harness.tools.matrix import runs_text
 
     folder = PROJECT / "docs" / "upstream"
     page = (folder / "README.md").read_text()
     for record in ("matrix-patches.json", "matrix-series.json", "matrix-tables.json", "matrix-rename.json",
-                   "matrix-setattr-size.json", "matrix-dotu-listing.json"):  # fmt: skip
+                   "matrix-setattr-size.json", "matrix-dotu-listing.json", "matrix-synth-read-dir.json",
+                   "matrix-dotu-read-error.json"):  # fmt: skip
         assert runs_text(json.loads((folder / record).read_text())) in page, record
     assert report.text_of_json(folder / "bench-locks.json") in page
+    dotu = (folder / "dotu-listing-by-path.md").read_text()
+    for record in ("bench-dotu-listing-passthrough.json", "bench-dotu-listing-mapped-xattr.json"):
+        assert report.text_of_json(folder / record) in dotu, f"dotu-listing-by-path.md: paste {record}"
     remap = (folder / "listing-remap-cost.md").read_text()
     for record in ("bench-guest-listing.json", "bench-readdir-remap-patch-ab.json"):
         assert report.text_of_json(PROJECT / "docs" / record) in remap, f"listing-remap-cost.md: paste {record}"
