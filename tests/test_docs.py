@@ -179,8 +179,7 @@ def test_the_upstream_evidence_tables_are_the_commands_output() -> None:
     folder = PROJECT / "docs" / "upstream"
     page = (folder / "README.md").read_text()
     for record in ("matrix-patches.json", "matrix-series.json", "matrix-tables.json", "matrix-rename.json",
-                   "matrix-setattr-size.json", "matrix-dotu-listing.json", "matrix-synth-read-dir.json",
-                   "matrix-dotu-read-error.json"):  # fmt: skip
+                   "matrix-setattr-size.json", "matrix-dotu-listing.json", "matrix-dir-reads.json"):  # fmt: skip
         assert runs_text(json.loads((folder / record).read_text())) in page, record
     assert report.text_of_json(folder / "bench-locks.json") in page
     dotu = (folder / "dotu-listing-by-path.md").read_text()

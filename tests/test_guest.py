@@ -165,6 +165,22 @@ def test_the_command_line_runs_a_command_and_returns_its_status(qemu_under_test:
     assert "mounted after" in found.stderr
 
 
+def test_a_synth_export_is_its_root_alone_and_takes_no_host_options(qemu_under_test: QemuUnderTest) -> None:
+    """``--synth``: the guest mounts QEMU's synth backend, whose root (no qtest, no test tree)
+    lists "." and ".." alone; options that need a host directory are refused before any boot."""
+    binary = str(qemu_under_test.binary)
+    refused = subprocess.run(
+        [sys.executable, "-m", "harness", "guest", "--qemu-binary", binary, "--synth", "--export", "/tmp"],
+        capture_output=True, text=True, cwd=REPO, timeout=60, check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "--synth exports no host directory" in refused.stdout + refused.stderr
+    listed = subprocess.run(
+        [sys.executable, "-m", "harness", "guest", "--qemu-binary", binary, "--synth", "--", "ls -a /mnt/export"],
+        capture_output=True, text=True, cwd=REPO, timeout=300, check=False,
+    )  # fmt: skip
+    assert listed.returncode == 0 and listed.stdout.split() == [".", ".."], listed.stdout + listed.stderr
+
+
 def test_host_tree_reads_a_mapped_node_as_its_client_sees_it(tmp_path: Path) -> None:
     """The mode and owner a mapped-xattr export keeps in user.virtfs.*, a symlink kept as a file
     holding its target: the lines the guest's manifest prints for them."""
