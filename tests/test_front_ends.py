@@ -4,6 +4,7 @@ completion, Ctrl-C, the reproducers it saves), the A/B matrix and the doctor."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -196,3 +197,30 @@ def test_the_usage_text_names_every_bench_command() -> None:
     assert cli.__doc__ is not None
     missing = [name for name in commands.choices if f"bench {name}" not in cli.__doc__]
     assert not missing, f"harness/tools/cli.py's usage text names no {missing}"
+
+
+def test_a_matrix_stopped_stops_its_run_as_ctrl_c_does(tmp_path: Path, qemu_under_test: QemuUnderTest) -> None:
+    """SIGTERM to ``harness matrix`` while its pytest run goes: the run gets SIGTERM too, which it
+    takes as Ctrl-C (harness/tools/children.py), not a SIGKILL: the matrix exits 130, and no run
+    directory (its QEMUs' sockets and exports) and no QEMU of the run is left."""
+    from tests.test_bench import qemus_in
+
+    binary = str(qemu_under_test.binary)
+    matrix = subprocess.Popen(
+        [sys.executable, "-m", "harness", "matrix", "--qemu", binary, "--qemu", binary, "--", "-k", "states/every"],
+        cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp_path)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, preexec_fn=default_signals,
+    )  # fmt: skip
+
+    def running() -> list[int]:  # the QEMUs of the pytest run (a version probe's runs elsewhere)
+        return [pid for run in tmp_path.glob("v9p-run-*") for pid in qemus_in(run)]
+
+    deadline = time.monotonic() + 60
+    while not running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert running(), "the matrix's pytest run started no QEMU"
+    matrix.send_signal(signal.SIGTERM)
+    out, err = matrix.communicate(timeout=120)
+    assert matrix.returncode == 130, out + err
+    assert list(tmp_path.glob("v9p-run-*")) == [], out + err
+    assert qemus_in(tmp_path) == []

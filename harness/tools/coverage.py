@@ -26,6 +26,7 @@ from harness.errors import HarnessError
 from harness.qemu import build as qemu_build
 from harness.qemu import provision
 from harness.qemu.qemu_suite import QOS_PREFIX, firmware_wrapper
+from harness.tools import children
 
 PROJECT = Path(__file__).resolve().parents[2]
 SERVER = "hw/9pfs/"
@@ -80,7 +81,7 @@ def percent(covered: int, total: int) -> str:
 def run_selection(binary: Path, selection: list[str]) -> int:
     argv = [sys.executable, "-m", "pytest", "cases/", "-q", "-p", "no:cacheprovider", "--qemu-binary", str(binary),
             *selection]  # fmt: skip
-    return subprocess.run(argv, cwd=PROJECT, check=False).returncode
+    return children.run(argv, cwd=PROJECT, capture=False).returncode
 
 
 def run_qos_test(build: qemu_build.Build) -> None:

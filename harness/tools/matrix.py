@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from tabulate import tabulate
 
 from harness.errors import ProvisionError
 from harness.qemu import build, provision, versions
+from harness.tools import children
 
 PROJECT = Path(__file__).resolve().parents[2]
 #: How much of each differing case's failure the summary shows per binary (all of it in pytest.txt).
@@ -35,7 +35,7 @@ def run_one(binary: Path, selection: list[str], where: Path) -> dict[str, Any]:
     results = where / "results.json"
     argv = [sys.executable, "-m", "pytest", "cases/", "-q", "--qemu-binary", str(binary), "--results-json",
             str(results), "--artefact-dir", str(where / "artefacts"), *selection]  # fmt: skip
-    done = subprocess.run(argv, cwd=PROJECT, capture_output=True, text=True, check=False)
+    done = children.run(argv, cwd=PROJECT)
     (where / "pytest.txt").write_text(done.stdout + done.stderr)
     if not results.exists():
         raise ProvisionError(f"pytest with {binary} produced no results (its output: {where / 'pytest.txt'}):\n"

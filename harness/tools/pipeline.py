@@ -34,6 +34,7 @@ from tabulate import tabulate
 
 from harness.errors import HarnessError, ProvisionError
 from harness.qemu import build, provision, versions
+from harness.tools import children
 from harness.tools.matrix import OUTCOMES
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -178,8 +179,12 @@ def run_cell(
             *description.pytest_args(cell)]  # fmt: skip
     print(f"=== {cell.name}: QEMU {probe.version} ({binary}): pytest {' '.join(argv[3:])}", flush=True)
     start = time.monotonic()
-    with open(out / "pytest.txt", "w") as log:
-        proc = subprocess.Popen(argv, cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with (
+        open(out / "pytest.txt", "w") as log,
+        children.stopped_with_us(
+            subprocess.Popen(argv, cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        ) as proc,
+    ):
         assert proc.stdout is not None
         for line in proc.stdout:
             sys.stdout.write(line)

@@ -52,6 +52,7 @@ from harness.p9.messages import Tclunk, Tgetattr, Tstatfs
 from harness.p9.wire import Request
 from harness.qemu import provision
 from harness.qemu.config import MachineConfig
+from harness.tools import children
 from harness.tools.bench.run import Steal, load
 from harness.tools.bench.suite import HARNESS_SPENT, SUITE_CPU, checked_out, pytest_env, short_revision
 from harness.tools.connect import connect
@@ -163,8 +164,8 @@ def _profiled(spy: str, binary: Path, quick: bool, rate: int, selection: list[st
         raw = Path(where) / "samples.txt"
         argv = [spy, "record", "--subprocesses", "--nonblocking", "--format", "raw", "--rate", str(rate)]
         results = Path(where) / "results.json"
-        done = subprocess.run([*argv, "-o", str(raw), "--", *pytest, "--results-json", str(results)], cwd=tree,
-                              env=env, capture_output=True, text=True, check=False)  # fmt: skip
+        done = children.run([*argv, "-o", str(raw), "--", *pytest, "--results-json", str(results)], cwd=tree,
+                            env=env)  # fmt: skip
         output = done.stdout + done.stderr
         if not raw.exists():
             raise HarnessError(f"py-spy wrote no samples (exit {done.returncode}):\n{output[-3000:]}")

@@ -22,6 +22,7 @@ from tabulate import tabulate
 from harness.errors import HarnessError, ProvisionError
 from harness.qemu import provision
 from harness.qemu.qemu_suite import QEMU_72_CASES, QOS_PREFIX, firmware_wrapper
+from harness.tools import children
 from harness.tools.bench.report import decide
 from harness.tools.bench.run import Steal, load
 from harness.tools.bench.variant import home
@@ -31,7 +32,7 @@ PROJECT = Path(__file__).resolve().parents[3]
 
 def _timed(argv: list[str], env: dict[str, str] | None = None, cwd: Path = PROJECT) -> tuple[float, str, int]:
     start = time.perf_counter()
-    run = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=600)
+    run = children.run(argv, cwd=cwd, env=env, timeout=600)
     return time.perf_counter() - start, run.stdout + run.stderr, run.returncode
 
 
