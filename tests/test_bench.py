@@ -510,16 +510,19 @@ def test_bisect_step_skips_a_binary_it_cannot_measure(tmp_path: Path, qemu_under
     broken.chmod(0o755)
     binary = str(qemu_under_test.binary)
 
-    def step(tested: str, reference: str) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "harness", "bench", "bisect-step", "--quick", "--rounds", "2", "--threshold",
-                "10", "--qemu-binary", tested, "--reference", reference, "--row", "local 20 8192 8181"]  # fmt: skip
+    def step(tested: str, reference: str, threshold: str = "10") -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "harness", "bench", "bisect-step", "--quick", "--rounds", "2",
+                "--threshold", threshold, "--qemu-binary", tested, "--reference", reference,
+                "--row", "local 20 8192 8181"]  # fmt: skip
         return subprocess.run(argv, cwd=PROJECT, capture_output=True, text=True, timeout=300, check=False)
 
     skipped = step(str(broken), binary)
     assert skipped.returncode == 125, skipped.stdout + skipped.stderr
-    # a bisection names its build relative to the checkout: QEMU, started elsewhere, still finds it
+    # a bisection names its build relative to the checkout: QEMU, started elsewhere, still finds it.
+    # The binary against itself: what tells them apart is noise, two listings of 20 files (~0.2 ms)
+    # beside the other worker's cases, seen at 14.7x here; the threshold is far above it
     relative = os.path.relpath(binary, PROJECT)
-    same = step(relative, binary)
+    same = step(relative, binary, threshold="1000")
     assert same.returncode == 0 and "bisect-step: exit 0: local 20 8192 8181:" in same.stdout, same.stdout + same.stderr
     stopped = step(binary, str(broken))
     assert stopped.returncode == 255 and "git bisect run stops" in stopped.stderr
