@@ -468,11 +468,10 @@ def test_create_device_with_a_bad_extension(place: Place, dialect: str, extensio
 # -- Tread of a directory ------------------------------------------------------------------------
 
 
-def read_directory(p9: Session, fid: int, count: int) -> list[Stat]:
-    """Every stat record of an open directory fid, read ``count`` bytes at a time from offset 0
-    on, each Tread at the offset where the last one's data ended."""
+def read_directory(p9: Session, fid: int, count: int, offset: int = 0) -> list[Stat]:
+    """Every stat record of an open directory fid, read ``count`` bytes at a time from ``offset``
+    (0: the whole listing) on, each Tread at the offset where the last one's data ended."""
     records: list[Stat] = []
-    offset = 0
     while True:
         data = p9.rpc(Tread(fid=fid, offset=offset, count=count)).data
         if not data:
@@ -594,9 +593,7 @@ def test_read_of_a_directory_after_a_failed_read(place: Place, device: Device, d
         again = p9.rpc(Tread(fid=fid, offset=len(first), count=count))
         expect_field(again, "data", wanted)
         records, offset = wire.parse_stats(first + again.data), len(first) + len(again.data)
-    while data := p9.rpc(Tread(fid=fid, offset=offset, count=count)).data:
-        records += wire.parse_stats(data)
-        offset += len(data)
+    records += read_directory(p9, fid, count, offset)
     assert sorted(s.name for s in records) == sorted([".", "..", *names])
     p9.clunk(fid)
 

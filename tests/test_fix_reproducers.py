@@ -65,6 +65,32 @@ def _dirname(text: str) -> str:
     return re.sub(r"[^\w.-]", "_", text)
 
 
+def _recorded(old: Path, where: Path, *selection: str) -> str:
+    """What a pytest run of ``selection`` on ``old`` printed; every case's reproducer kept in
+    ``where`` (--trace-dir)."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *selection, "-q", "-p", "no:cacheprovider", f"--qemu-binary={old}",
+         f"--trace-dir={where}", f"--artefact-dir={where / 'artefacts'}"],
+        cwd=PROJECT, capture_output=True, text=True, timeout=600, check=False,
+    ).stdout  # fmt: skip
+
+
+def _found_fix(paths: list[Path], binaries: tuple[Path, Path]) -> dict[tuple[Path, Path], tuple[int, str]]:
+    """``replay --find-fix`` of each reproducer on each binary, two at a time: its exit status and
+    what it said."""
+
+    def verdict(path: Path, binary: Path) -> tuple[int, str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "harness", "replay", str(path), "--find-fix", f"--qemu-binary={binary}"],
+            cwd=PROJECT, capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        return done.returncode, done.stdout + done.stderr
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        runs = {(path, binary): pool.submit(verdict, path, binary) for path in paths for binary in binaries}
+    return {key: run.result() for key, run in runs.items()}
+
+
 def test_each_fix_since_72_is_found_by_replay_find_fix(tmp_path: Path) -> None:
     old, new = provision.cached_build(origin="bookworm"), provision.cached_build(origin="trixie")
     if old is None or new is None:
@@ -82,11 +108,7 @@ def test_each_fix_since_72_is_found_by_replay_find_fix(tmp_path: Path) -> None:
     sometimes = [name_of(bug.case) for bug in bugs if bug.race]
     assert fixed, "no known bug is fixed between 7.2.22 and 10.0.13: this test checks nothing"
     selection = " or ".join(map(_selection, fixed))
-    recorded = subprocess.run(
-        [sys.executable, "-m", "pytest", "cases/", "-q", "-p", "no:cacheprovider", f"--qemu-binary={old}",
-         f"--trace-dir={tmp_path}", f"--artefact-dir={tmp_path / 'artefacts'}", "-k", selection],
-        cwd=PROJECT, capture_output=True, text=True, timeout=600, check=False,
-    ).stdout  # fmt: skip
+    recorded = _recorded(old, tmp_path, "cases/", "-k", selection)
     assert re.search(r"\d+ xfailed", recorded) and not re.search(r"\d+ failed", recorded), recorded[-3000:]
     # --trace-dir keeps every case's: those of runs that met their bug (a bug seen in some runs
     # only may have been missed: an XPASS, whose reproducer records right answers)
@@ -103,17 +125,7 @@ def test_each_fix_since_72_is_found_by_replay_find_fix(tmp_path: Path) -> None:
         race = "# race: attempts " in path.read_text()
         assert race == any(name in path.parent.name for name in sometimes), path
 
-    def verdict(path: Path, binary: Path) -> tuple[int, str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "harness", "replay", str(path), "--find-fix", f"--qemu-binary={binary}"],
-            cwd=PROJECT, capture_output=True, text=True, timeout=600, check=False,
-        )  # fmt: skip
-        return done.returncode, done.stdout + done.stderr
-
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        runs = {(path, binary): pool.submit(verdict, path, binary) for path in reproducers for binary in (old, new)}
-    for (path, binary), future in runs.items():
-        status, said = future.result()
+    for (path, binary), (status, said) in _found_fix(reproducers, (old, new)).items():
         wanted = {0} if binary == old else {1}
         if binary == old and any(name in path.parent.name for name in sometimes):
             wanted = {0, 1}
@@ -140,12 +152,7 @@ def test_each_table_fix_since_72_is_found_by_replay_find_fix(tmp_path: Path) -> 
     messages = {bug.case: re.sub(r"[{}]", "", bug.case.split(" where message=")[1]).split(",") for bug in fixed}
     every = sorted({message for names in messages.values() for message in names})
     selection = f"{MADE_THROUGH_9P} and mapped-xattr and (" + " or ".join(f"/{m}/" for m in every) + ")"
-    recorded = subprocess.run(
-        [sys.executable, "-m", "pytest", "cases/test_states.py", "-q", "-p", "no:cacheprovider", "--full-matrix",
-         f"--qemu-binary={old}", f"--trace-dir={tmp_path}", f"--artefact-dir={tmp_path / 'artefacts'}",
-         "-k", selection],
-        cwd=PROJECT, capture_output=True, text=True, timeout=600, check=False,
-    ).stdout  # fmt: skip
+    recorded = _recorded(old, tmp_path, "cases/test_states.py", "--full-matrix", "-k", selection)
     assert not re.search(r"\d+ failed", recorded), recorded[-3000:]
     kept = sorted(tmp_path.glob("*/reproducer.9p"))
     xfailed = [path for path in kept if "\n# outcome: xfailed\n" in path.read_text()]
@@ -157,15 +164,7 @@ def test_each_table_fix_since_72_is_found_by_replay_find_fix(tmp_path: Path) -> 
     for path in xfailed:
         assert "\n<== Rlerror EBADF (9)\n" in path.read_text(), path
 
-    def verdict(path: Path, binary: Path) -> int:
-        return subprocess.run(
-            [sys.executable, "-m", "harness", "replay", str(path), "--find-fix", f"--qemu-binary={binary}"],
-            cwd=PROJECT, capture_output=True, text=True, timeout=600, check=False,
-        ).returncode  # fmt: skip
-
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        runs = {(path.parent.name, binary): pool.submit(verdict, path, binary)
-                for path in xfailed for binary in (old, new)}  # fmt: skip
-    assert {key: run.result() for key, run in runs.items()} == {
-        (name, binary): 0 if binary == old else 1 for name, binary in runs
+    verdicts = {
+        (path.parent.name, binary): status for (path, binary), (status, _) in _found_fix(xfailed, (old, new)).items()
     }
+    assert verdicts == {(name, binary): 0 if binary == old else 1 for name, binary in verdicts}

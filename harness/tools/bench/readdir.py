@@ -116,17 +116,15 @@ def _readdir_runs(conn: Connection, path: list[str], msize: int, count: int, run
             session.open(fid, wire.OREAD)
         offset, listing, listing_server, start = 0, 0, 0.0, time.perf_counter()
         while True:
-            if dialect == wire.DOTL:
-                reply = session.send(Treaddir(fid=fid, offset=offset, count=count)).wait()
-                if not isinstance(reply.message, Rreaddir):
-                    raise HarnessError(f"a listing of {'/'.join(path)} was refused: {reply.message}")
-                entries = reply.message.entries
-                step = entries[-1].offset if entries else offset
-            else:  # a 9P2000.u directory's offset is the bytes of stat records read so far
-                reply = session.send(Tread(fid=fid, offset=offset, count=count)).wait()
-                if not isinstance(reply.message, Rread):
-                    raise HarnessError(f"a listing of {'/'.join(path)} was refused: {reply.message}")
-                step = offset + len(reply.message.data)
+            listed = Treaddir if dialect == wire.DOTL else Tread
+            reply = session.send(listed(fid=fid, offset=offset, count=count)).wait()
+            message = reply.message
+            if isinstance(message, Rreaddir):
+                step = message.entries[-1].offset if message.entries else offset
+            elif isinstance(message, Rread):  # a 9P2000.u directory's offset: the stat records' bytes so far
+                step = offset + len(message.data)
+            else:
+                raise HarnessError(f"a listing of {'/'.join(path)} was refused: {message}")
             listing_server += reply.server_seconds
             listing += 1
             if step == offset:  # the listing's end: no entry more
