@@ -4,10 +4,12 @@ both sides of a machine agree on (device id, sockets, the RAM backend)."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import mmap
 import os
 import platform
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
@@ -111,6 +113,26 @@ class LocalFs:
 
 
 FsConfig = SynthFs | LocalFs
+
+
+def user_xattr_problem(directory: Path) -> str | None:
+    """Why files under ``directory`` cannot carry user xattrs, which the local backend's
+    mapped-xattr model keeps a file's mode and owner in (ramfs has none, tmpfs none before Linux
+    6.6), or None. A probe file's setxattr(), asked once per file system; an error other than "not
+    supported" (a directory not writable) is not this question's and answers None."""
+    return _user_xattr_problem(os.stat(directory).st_dev, str(directory))
+
+
+@functools.cache
+def _user_xattr_problem(device: int, directory: str) -> str | None:
+    """:func:`user_xattr_problem` for the file system ``device``, probed in ``directory``."""
+    try:
+        with tempfile.NamedTemporaryFile(prefix=".v9p-xattr-probe-", dir=directory) as probe:
+            os.setxattr(probe.name, "user.v9p-probe", b"1")
+    except OSError as err:
+        if err.errno == errno.EOPNOTSUPP:
+            return f"the file system under {directory} takes no user xattrs ({err.strerror})"
+    return None
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ from harness.p9.session import Pending, Reply
 from harness.p9.trace import SUCCESS, Step, read_reproducer, rerun_command, restore_host
 from harness.p9.wire import RMessage
 from harness.qemu import provision
-from harness.qemu.config import FsConfig, LocalFs, MachineConfig, SynthFs
+from harness.qemu.config import FsConfig, LocalFs, MachineConfig, SynthFs, user_xattr_problem
 from harness.tools.connect import Connection, connect
 
 ABSENT, PRESENT, UNTESTABLE, UNREADABLE = 0, 1, 125, 255
@@ -303,6 +303,10 @@ def _config(binary: Path, header: dict[str, str], faults: bool = False) -> Machi
         options.pop("id", None), options.pop("path", None)
         model = options.pop("security_model", "mapped-xattr")
         export = Path(tempfile.mkdtemp(prefix="v9p-replay-"))
+        if model == "mapped-xattr" and (problem := user_xattr_problem(export)):  # the same on every commit
+            export.rmdir()
+            raise ReproducerError(f"its export cannot be made on this host: mapped-xattr needs user xattrs, "
+                                  f"and {problem}; set TMPDIR to a directory on another file system")  # fmt: skip
         if header.get("export-mode"):  # a mount's export: its root as it was (pjdfstest's is 0755)
             export.chmod(int(header["export-mode"], 8))
         if header.get("host-dir"):  # the case's directory, which the harness made on the host,
