@@ -119,8 +119,13 @@ def user_xattr_problem(directory: Path) -> str | None:
     """Why files under ``directory`` cannot carry user xattrs, which the local backend's
     mapped-xattr model keeps a file's mode and owner in (ramfs has none, tmpfs none before Linux
     6.6), or None. A probe file's setxattr(), asked once per file system; an error other than "not
-    supported" (a directory not writable) is not this question's and answers None."""
-    return _user_xattr_problem(os.stat(directory).st_dev, str(directory))
+    supported" (a directory missing or not writable) is not this question's and answers None: QEMU
+    says what it makes of that."""
+    try:
+        device = os.stat(directory).st_dev
+    except OSError:
+        return None
+    return _user_xattr_problem(device, str(directory))
 
 
 @functools.cache
