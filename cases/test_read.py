@@ -14,6 +14,7 @@ from fixtures.expect import NoReply, expect_a_reply, expect_at_most
 from fixtures.place import Place
 from harness.p9 import wire
 from harness.p9.messages import Txattrcreate, Txattrwalk
+from harness.p9.session import Session
 from harness.p9.trace import Expectation
 
 DATA = bytes(range(256)) * 64  # 16 KiB: more than an 8 KiB msize can carry
@@ -39,6 +40,19 @@ def test_read_basic(place: Place) -> None:
     p9.clunk(fid)
 
 
+def read_all_at_once(p9: Session, fid: int, held: bytes) -> None:
+    """A Tread of ``fid`` for all it holds, more than fits msize, gets at most what fits (msize less
+    the 11-byte Rread header), its first bytes; then the fid is clunked."""
+    bound = p9.msize - wire.RREAD_HEADER
+    assert len(held) > bound
+    with expect_a_reply(Expectation(field="data", at_most=bound)):
+        reply = p9.read(fid, 0, len(held))
+    expect_at_most(reply, "data", bound)
+    assert len(reply.data) > 0
+    assert reply.data == held[: len(reply.data)]
+    p9.clunk(fid)
+
+
 @pytest.mark.qemu_bug(**READ_COUNT_ABOVE_MSIZE, raises=NoReply)
 @case_path("read/count_above_msize", backends=["local"], transport=["modern"])
 def test_read_count_above_msize(place: Place, transport: str) -> None:
@@ -46,15 +60,8 @@ def test_read_count_above_msize(place: Place, transport: str) -> None:
     the first bytes of the file. (read(5)'s msize - IOHDRSZ is what a client should ask for; a
     server clamping to it would cut 13 bytes off each of Linux's zero-copy reads, whose reply
     buffer is the header and exactly the count asked.)"""
-    p9 = place.session
     fid, _ = file_with_data(place)
-    bound = p9.msize - wire.RREAD_HEADER
-    with expect_a_reply(Expectation(field="data", at_most=bound)):
-        reply = p9.read(fid, 0, len(DATA))
-    expect_at_most(reply, "data", bound)
-    assert len(reply.data) > 0
-    assert reply.data == DATA[: len(reply.data)]
-    p9.clunk(fid)
+    read_all_at_once(place.session, fid, DATA)
 
 
 #: how an xattr fid comes to hold a buffer for Tread (v9fs_xattr_read(), a path of its own beside a
@@ -86,14 +93,7 @@ def test_read_xattr_count_above_msize(place: Place, fid: str) -> None:
         source, xattr = xattr, p9.new_fid()
         assert p9.rpc(Txattrwalk(fid=source, newfid=xattr, name="user.big")).size == len(DATA)
         p9.clunk(source)
-    bound = p9.msize - wire.RREAD_HEADER
-    assert len(held) > bound
-    with expect_a_reply(Expectation(field="data", at_most=bound)):
-        reply = p9.read(xattr, 0, len(held))
-    expect_at_most(reply, "data", bound)
-    assert len(reply.data) > 0
-    assert reply.data == held[: len(reply.data)]
-    p9.clunk(xattr)
+    read_all_at_once(p9, xattr, held)
 
 
 @pytest.mark.slow
