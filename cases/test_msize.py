@@ -11,14 +11,29 @@ from collections.abc import Callable
 import pytest
 
 from fixtures.case_path import case_path
-from fixtures.expect import expect_at_most, expect_device_error
+from fixtures.deviations import DOTU_RECORD_ABOVE_COUNT, REPLY_ABOVE_MSIZE
+from fixtures.expect import NoReply, NotAnError, expect_a_reply, expect_an_error, expect_at_most, expect_device_error
+from fixtures.model import SECURITY_MODELS
 from fixtures.place import Place
 from fixtures.pool import Device
 from harness.errors import DeviceNeedsReset, P9Rlerror
 from harness.p9 import wire
 from harness.p9.channel import VIRTIO_MSIZE_LIMIT, ChainLayout
-from harness.p9.messages import Tgetattr, Tread, Tversion, Twrite
+from harness.p9.messages import (
+    Rerror,
+    Rread,
+    Tgetattr,
+    Tgetlock,
+    Topen,
+    Tread,
+    Treadlink,
+    Tstat,
+    Tsymlink,
+    Tversion,
+    Twrite,
+)
 from harness.p9.session import Pending, Session
+from harness.p9.trace import Expectation
 from harness.p9.wire import RMessage
 from harness.qemu import versions
 
@@ -48,9 +63,9 @@ def full_circle(p9: Session, place: Place, layout: ChainLayout | None) -> None:
     p9.clunk(fid)
 
 
-def reversion(p9: Session, msize: int) -> None:
+def reversion(p9: Session, msize: int, dialect: str = wire.DOTL) -> None:
     p9.clunk(0)
-    reply = p9.version(msize)
+    reply = p9.version(msize, dialect)
     assert reply.msize == msize, f"Rversion msize {reply.msize} for {msize}"
     p9.attach(0)
 
@@ -116,11 +131,11 @@ def test_msize_largest(p9: Session, transport: str, msize: int) -> None:
     p9.clunk(fid)
 
 
-def reversion_place(place: Place, msize: int) -> int:
+def reversion_place(place: Place, msize: int, dialect: str = wire.DOTL) -> int:
     """A new Tversion drops every fid: attach again and walk back to the case's directory."""
     p9 = place.session
     p9.clunk(place.fid)
-    reversion(p9, msize)
+    reversion(p9, msize, dialect)
     fid = p9.walk_fid(0, [place.host_path().name])
     return fid
 
@@ -143,3 +158,121 @@ def test_reply_larger_than_the_buffer(attached: Session, device: Device, transpo
             ("Failed to encode VirtFS reply type 101"),
         )
     expect_device_error(p9, device, send, line, transport == "modern")
+
+
+#: the smallest msize QEMU grants (P9_MIN_MSIZE; Linux's client asks for no less either)
+SMALLEST = 4096
+#: the longest symlink target Linux keeps (PATH_MAX less its NUL), and the longest name (NAME_MAX)
+LONGEST_TARGET, LONGEST_NAME = 4095, 255
+#: Every reply a field of which the server fills from its own data (a string, data, a list, a stat
+#: record), and how the largest it can be meets the smallest msize: the case that makes it, or why
+#: it always fits. tests/test_wire.py checks that the wire table has no other such reply.
+LARGEST_REPLIES = {
+    "Rreadlink": "msize/smallest/readlink/{security_model}: a target of PATH_MAX - 1 bytes",
+    "Rstat": "msize/smallest/dotu_stat: a symlink with a NAME_MAX name and a PATH_MAX - 1 target",
+    "Rread": "msize/smallest/dotu_read_dir: that symlink's record in a 9P2000.u directory read; a file's and an "
+    "xattr fid's data are as long as count says (read/count_above_msize, read/xattr_count_above_msize)",
+    "Rgetlock": "msize/smallest/getlock: client_id comes back from a Tgetlock, 4 bytes longer than its reply",
+    "Rreaddir": "as long as count says, which QEMU clamps to msize - 11 (readdir/count_clamp), and one entry is "
+    "at most 13 + 8 + 1 + 2 + NAME_MAX = 279 bytes",
+    "Rwalk": "at most MAXWELEM (16) qids: 9 + 16 * 13 bytes",
+    "Rversion": 'QEMU answers the version it speaks or "unknown" (version/...)',
+    "Rerror": "ename is strerror()'s text",
+}
+DOTU_PASSTHROUGH = pytest.mark.fsdev(security_model="passthrough", multidevs="warn")
+
+
+def refused(p9: Session, request: Tread | Treadlink | Tstat) -> None:
+    """``request``, whose whole answer cannot fit msize, is refused with an error (which errno is
+    the server's to choose), not answered past the reply buffer (which breaks the device)."""
+    __tracebackhide__ = True
+    with expect_a_reply(Expectation(any_error=True)):
+        reply = p9.send(request).wait().message
+    expect_an_error(reply)
+
+
+def longest_symlink(place: Place) -> str:
+    """A symlink made on the host, named with NAME_MAX characters, to a PATH_MAX - 1 target."""
+    name = "l" * LONGEST_NAME
+    os.symlink("t" * LONGEST_TARGET, place.host_path(name))
+    return name
+
+
+@pytest.mark.qemu_bug(**REPLY_ABOVE_MSIZE, raises=NoReply)
+@case_path("msize/smallest/readlink/{security_model}", backends=["local"], security_model=list(SECURITY_MODELS))
+def test_smallest_msize_readlink(place: Place, security_model: str) -> None:
+    """At the smallest msize, Treadlink of a link whose target (PATH_MAX - 1 bytes, made by Tsymlink
+    at msize 8192) makes a 4104-byte Rreadlink is refused with an error, and the session goes on."""
+    p9 = place.session
+    p9.rpc(Tsymlink(fid=place.fid, name="l", symtgt="t" * LONGEST_TARGET, gid=0))
+    place.fid = reversion_place(place, SMALLEST)
+    fid = p9.walk_fid(place.fid, ["l"])
+    refused(p9, Treadlink(fid=fid))
+    assert p9.getattr(fid).qid.type == wire.QTSYMLINK
+    p9.clunk(fid)
+
+
+@DOTU_PASSTHROUGH
+@pytest.mark.qemu_bug(**REPLY_ABOVE_MSIZE, raises=NoReply)
+@case_path("msize/smallest/dotu_stat", backends=["local"], dialect=[wire.DOTU])
+def test_smallest_msize_dotu_stat(place: Place, dialect: str) -> None:
+    """At the smallest msize, a 9P2000.u Tstat of a symlink whose stat record (NAME_MAX name,
+    PATH_MAX - 1 target as its extension) is over 4 KiB is refused with an error, and the session
+    goes on."""
+    p9 = place.session
+    name = longest_symlink(place)
+    place.fid = reversion_place(place, SMALLEST, dialect)
+    fid = p9.walk_fid(place.fid, [name])
+    refused(p9, Tstat(fid=fid))
+    assert p9.rpc(Tstat(fid=place.fid)).stat.name == place.host_path().name
+    p9.clunk(fid)
+
+
+@DOTU_PASSTHROUGH
+@pytest.mark.qemu_bug(**DOTU_RECORD_ABOVE_COUNT, raises=NotAnError)
+@case_path("msize/smallest/dotu_read_dir", backends=["local"], dialect=[wire.DOTU])
+def test_smallest_msize_dotu_read_dir(place: Place, dialect: str) -> None:
+    """At the smallest msize, a 9P2000.u listing of a directory holding that symlink and a file
+    fails at the symlink, whose record fits no reply: the entries before it in the host's order are
+    listed, the read that meets it is an error, and the session goes on. A read answering count 0
+    (the end of the directory) there would hide the symlink, and every entry after it."""
+    p9 = place.session
+    name = longest_symlink(place)
+    place.host_path("f").write_bytes(b"")
+    order = os.listdir(place.host_path())  # the host's order, which QEMU's listing follows ("." and ".." aside)
+    place.fid = reversion_place(place, SMALLEST, dialect)
+    fid = p9.walk_fid(place.fid, [])
+    p9.rpc(Topen(fid=fid, mode=wire.OREAD))
+    listed: list[str] = []
+    offset = 0
+    for _ in range(4):  # the three short records fit one read, and the symlink's fits none
+        reply = p9.send(Tread(fid=fid, offset=offset, count=p9.msize - wire.RREAD_HEADER)).wait().message
+        if isinstance(reply, Rerror):
+            break  # refused: the client learns the listing is not whole
+        assert isinstance(reply, Rread), reply
+        if not reply.data:
+            expect_an_error(reply)  # the end of the directory, with the symlink not listed
+        listed += [record.name for record in wire.parse_stats(bytes(reply.data))]
+        offset += len(reply.data)
+    else:
+        raise AssertionError(f"four reads listed {listed}, and the listing did not fail at {name[:8]}...")
+    assert [n for n in listed if n not in (".", "..")] == order[: order.index(name)], (listed, order)
+    assert p9.rpc(Tstat(fid=place.fid)).stat.name == place.host_path().name
+    p9.clunk(fid)
+
+
+@case_path("msize/smallest/getlock", backends=["local"])
+def test_smallest_msize_getlock(place: Place) -> None:
+    """At the smallest msize, a Tgetlock filling msize with its client_id is answered with that
+    client_id back (Rgetlock is 4 bytes shorter): F_UNLCK, nothing holding the file."""
+    p9 = place.session
+    place.host_path("f").write_bytes(b"x")
+    place.fid = reversion_place(place, SMALLEST)
+    fid = p9.walk_fid(place.fid, ["f"])
+    p9.lopen(fid, os.O_RDWR)
+    ask = Tgetlock(fid=fid, type=wire.P9_LOCK_TYPE_WRLCK, start=0, length=0, proc_id=1, client_id="")
+    room = SMALLEST - len(wire.encode(ask, 0))
+    reply = p9.rpc(Tgetlock(fid=fid, type=wire.P9_LOCK_TYPE_WRLCK, start=0, length=0, proc_id=1, client_id="c" * room))
+    assert reply.type == wire.P9_LOCK_TYPE_UNLCK
+    assert reply.client_id == "c" * room
+    p9.clunk(fid)

@@ -171,16 +171,17 @@ def test_the_matrix_tables_in_the_docs_are_the_matrix_output(record: Path) -> No
 
 
 def test_the_upstream_evidence_tables_are_the_commands_output() -> None:
-    """docs/upstream/README.md quotes the matrix of the patches and the bench of their locks, and
-    listing-remap-cost.md and dotu-listing-by-path.md their benches: each as ``python -m harness
-    matrix|bench --json`` printed it, printed again here."""
+    """docs/upstream/README.md quotes the matrices of the patches (a page quotes its own,
+    matrix-<page>.json) and the bench of their locks, and listing-remap-cost.md and dotu-listing-by-path.md their
+    benches: each as ``python -m harness matrix|bench --json`` printed it, printed again here."""
     from harness.tools.matrix import runs_text
 
     folder = PROJECT / "docs" / "upstream"
     page = (folder / "README.md").read_text()
-    for record in ("matrix-patches.json", "matrix-series.json", "matrix-tables.json", "matrix-rename.json",
-                   "matrix-setattr-size.json", "matrix-dotu-listing.json", "matrix-dir-reads.json"):  # fmt: skip
-        assert runs_text(json.loads((folder / record).read_text())) in page, record
+    for matrix in sorted(folder.glob("matrix-*.json")):
+        own = folder / (matrix.stem.removeprefix("matrix-") + ".md")
+        quoted = page + (own.read_text() if own.exists() else "")
+        assert runs_text(json.loads(matrix.read_text())) in quoted, matrix.name
     assert report.text_of_json(folder / "bench-locks.json") in page
     dotu = (folder / "dotu-listing-by-path.md").read_text()
     for record in ("bench-dotu-listing-passthrough.json", "bench-dotu-listing-mapped-xattr.json"):

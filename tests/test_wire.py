@@ -231,3 +231,15 @@ def test_decode_head_checks_size_and_count() -> None:
         wire.decode_head(frame[: wire.RREAD_HEADER], len(frame) - 1)
     error = wire.encode(Rlerror(ecode=5), 5)
     assert wire.decode_head(error, len(error)) == Rlerror(ecode=5)
+
+
+def test_every_reply_the_server_sizes_has_its_largest_made_or_explained() -> None:
+    """Each reply with a field the server fills from its own data (a string, data, a list, a stat
+    record) is in cases/test_msize.py's LARGEST_REPLIES: made at its largest at the smallest msize
+    by a case, or with the reason it always fits. A reply declared later without an entry fails."""
+    from cases.test_msize import LARGEST_REPLIES
+
+    fixed = (int, wire.Qid)
+    replies = [cls for cls in wire.table() if issubclass(cls, wire.RMessage)]
+    sized = {cls.__name__ for cls in replies if any(wire.python_type(cls, n) not in fixed for n in cls.field_names())}
+    assert sized == set(LARGEST_REPLIES), (sized - set(LARGEST_REPLIES), set(LARGEST_REPLIES) - sized)
