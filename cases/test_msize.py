@@ -170,7 +170,7 @@ LONGEST_TARGET, LONGEST_NAME = 4095, 255
 LARGEST_REPLIES = {
     "Rreadlink": "msize/smallest/readlink/{security_model}: a target of PATH_MAX - 1 bytes",
     "Rstat": "msize/smallest/dotu_stat: a symlink with a NAME_MAX name and a PATH_MAX - 1 target",
-    "Rread": "msize/smallest/dotu_read_dir: that symlink's record in a 9P2000.u directory read; a file's and an "
+    "Rread": "msize/smallest/dotu_read_dir/*: such a record in a 9P2000.u directory read; a file's and an "
     "xattr fid's data are as long as count says (read/count_above_msize, read/xattr_count_above_msize)",
     "Rgetlock": "msize/smallest/getlock: client_id comes back from a Tgetlock, 4 bytes longer than its reply",
     "Rreaddir": "as long as count says, which QEMU clamps to msize - 11 (readdir/count_clamp), and one entry is "
@@ -228,35 +228,78 @@ def test_smallest_msize_dotu_stat(place: Place, dialect: str) -> None:
     p9.clunk(fid)
 
 
+#: the symlinks whose stat record a listing at the smallest msize meets: one exactly as large as
+#: the largest count a read may ask for (msize - 11), and the largest a record gets (a NAME_MAX
+#: name, a PATH_MAX - 1 target)
+RECORDS = ("msize-11", "largest")
+#: the counts the listing asks for, by what they leave of msize: the largest that fits (msize less
+#: the Rread header) and Linux's (msize - P9_IOHDRSZ)
+COUNTS = {"msize-11": wire.RREAD_HEADER, "msize-24": wire.IOHDRSZ}
+
+
+def record_size(place: Place, name: str) -> int:
+    """The size of ``name``'s stat record in a 9P2000.u listing, as Tstat shows it."""
+    fid = place.session.walk_fid(place.fid, [name])
+    size = len(wire.stat_bytes(place.session.rpc(Tstat(fid=fid)).stat))
+    place.session.clunk(fid)
+    return size
+
+
+def sized_symlink(place: Place, record: str) -> tuple[str, int]:
+    """The symlink of ``record`` (RECORDS), made on the host: its name and its record's size."""
+    if record == "largest":
+        name = longest_symlink(place)
+        return name, record_size(place, name)
+    name, short = "s", 100
+    os.symlink("t" * short, place.host_path(name))
+    target = short + SMALLEST - wire.RREAD_HEADER - record_size(place, name)
+    place.host_path(name).unlink()
+    os.symlink("t" * target, place.host_path(name))
+    size = record_size(place, name)
+    assert size == SMALLEST - wire.RREAD_HEADER, f"a {target}-byte target makes a {size}-byte record"
+    return name, size
+
+
 @DOTU_PASSTHROUGH
-@pytest.mark.qemu_bug(**DOTU_RECORD_ABOVE_COUNT, raises=NotAnError)
-@case_path("msize/smallest/dotu_read_dir", backends=["local"], dialect=[wire.DOTU])
-def test_smallest_msize_dotu_read_dir(place: Place, dialect: str) -> None:
-    """At the smallest msize, a 9P2000.u listing of a directory holding that symlink and a file
-    fails at the symlink, whose record fits no reply: the entries before it in the host's order are
-    listed, the read that meets it is an error, and the session goes on. A read answering count 0
-    (the end of the directory) there would hide the symlink, and every entry after it."""
+@pytest.mark.qemu_bug(**DOTU_RECORD_ABOVE_COUNT, raises=NotAnError, when={"record": "largest"})
+@pytest.mark.qemu_bug(**DOTU_RECORD_ABOVE_COUNT, raises=NotAnError, when={"record": "msize-11", "count": "msize-24"})
+@case_path("msize/smallest/dotu_read_dir/{record}/count_{count}", backends=["local"], dialect=[wire.DOTU],
+           record=list(RECORDS), count=list(COUNTS))  # fmt: skip
+def test_smallest_msize_dotu_read_dir(place: Place, dialect: str, record: str, count: str) -> None:
+    """At the smallest msize, a 9P2000.u listing at ``count`` of a directory holding a file and a
+    symlink whose stat record is ``record`` bytes: a record that fits the count is listed with
+    every other entry; one that does not fails the read it comes first in, after the entries before
+    it in the host's order, and the session goes on. A read answering count 0 (the end of the
+    directory) there would hide the symlink, and every entry after it."""
     p9 = place.session
-    name = longest_symlink(place)
+    name, size = sized_symlink(place, record)
     place.host_path("f").write_bytes(b"")
     order = os.listdir(place.host_path())  # the host's order, which QEMU's listing follows ("." and ".." aside)
     place.fid = reversion_place(place, SMALLEST, dialect)
     fid = p9.walk_fid(place.fid, [])
     p9.rpc(Topen(fid=fid, mode=wire.OREAD))
+    asked = SMALLEST - COUNTS[count]
     listed: list[str] = []
-    offset = 0
-    for _ in range(4):  # the three short records fit one read, and the symlink's fits none
-        reply = p9.send(Tread(fid=fid, offset=offset, count=p9.msize - wire.RREAD_HEADER)).wait().message
+    offset, failed = 0, False
+    for _ in range(5):  # the three short records fit one read, and the symlink's a read of its own
+        reply = p9.send(Tread(fid=fid, offset=offset, count=asked)).wait().message
         if isinstance(reply, Rerror):
-            break  # refused: the client learns the listing is not whole
+            failed = True  # refused: the client learns the listing is not whole
+            break
         assert isinstance(reply, Rread), reply
         if not reply.data:
-            expect_an_error(reply)  # the end of the directory, with the symlink not listed
-        listed += [record.name for record in wire.parse_stats(bytes(reply.data))]
+            if size > asked and name not in listed:
+                expect_an_error(reply)  # the end of the directory, with the symlink not listed
+            break
+        listed += [stat.name for stat in wire.parse_stats(bytes(reply.data))]
         offset += len(reply.data)
     else:
-        raise AssertionError(f"four reads listed {listed}, and the listing did not fail at {name[:8]}...")
-    assert [n for n in listed if n not in (".", "..")] == order[: order.index(name)], (listed, order)
+        raise AssertionError(f"five reads listed {listed}, and the listing neither ended nor failed")
+    names = [n for n in listed if n not in (".", "..")]
+    if size <= asked:
+        assert not failed and sorted(names) == sorted(order), f"a {size}-byte record at count {asked}: {listed}"
+    else:
+        assert failed and names == order[: order.index(name)], (listed, order)
     assert p9.rpc(Tstat(fid=place.fid)).stat.name == place.host_path().name
     p9.clunk(fid)
 
