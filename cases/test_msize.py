@@ -182,7 +182,7 @@ LARGEST_REPLIES = {
 DOTU_PASSTHROUGH = pytest.mark.fsdev(security_model="passthrough", multidevs="warn")
 
 
-def refused(p9: Session, request: Tread | Treadlink | Tstat) -> None:
+def refused(p9: Session, request: Treadlink | Tstat) -> None:
     """``request``, whose whole answer cannot fit msize, is refused with an error (which errno is
     the server's to choose), not answered past the reply buffer (which breaks the device)."""
     __tracebackhide__ = True

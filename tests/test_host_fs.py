@@ -60,7 +60,7 @@ def test_replay_on_a_file_system_without_user_xattrs_judges_nothing(
     status, out, left = _on_ramfs(tmp_path, sys.executable, "-m", "harness", "replay", str(REPRODUCER),
                                   "--qemu-binary", str(qemu_under_test.binary))  # fmt: skip
     assert status == 255, out
-    assert "mapped-xattr needs user xattrs" in out and "takes no user xattrs" in out, out
+    assert "keeps mode and owner in user xattrs" in out and "takes no user xattrs" in out, out
     assert left == "", f"left on the ramfs: {left}"
 
 

@@ -103,6 +103,14 @@ class LocalFs:
 
     kind = "local"
 
+    def host_problem(self) -> str | None:
+        """Why the host cannot hold this export, or None: mapped-xattr keeps mode and owner in user
+        xattrs, which the file system under ``path`` must take (QEMU would start, then refuse each
+        request that sets a mode or an owner with EOPNOTSUPP)."""
+        if self.security_model != "mapped-xattr" or (problem := user_xattr_problem(self.path)) is None:
+            return None
+        return f"security_model=mapped-xattr keeps mode and owner in user xattrs, and {problem}"
+
     def fsdev(self, fsdev_id: str) -> list[tuple[str, str]]:
         opts = [("id", fsdev_id), ("path", str(self.path)), ("security_model", self.security_model)]
         if self.multidevs:
@@ -115,6 +123,11 @@ class LocalFs:
 FsConfig = SynthFs | LocalFs
 
 
+#: st_dev -> why a probe file there took no user xattr (its strerror), or None: one probe per file
+#: system for the process's life
+_NO_USER_XATTRS: dict[int, str | None] = {}
+
+
 def user_xattr_problem(directory: Path) -> str | None:
     """Why files under ``directory`` cannot carry user xattrs, which the local backend's
     mapped-xattr model keeps a file's mode and owner in (ramfs has none, tmpfs none before Linux
@@ -125,18 +138,21 @@ def user_xattr_problem(directory: Path) -> str | None:
         device = os.stat(directory).st_dev
     except OSError:
         return None
-    return _user_xattr_problem(device, str(directory))
+    if device not in _NO_USER_XATTRS:
+        _NO_USER_XATTRS[device] = _probe_user_xattr(directory)
+    why = _NO_USER_XATTRS[device]
+    return None if why is None else f"the file system under {directory} takes no user xattrs ({why})"
 
 
-@functools.cache
-def _user_xattr_problem(device: int, directory: str) -> str | None:
-    """:func:`user_xattr_problem` for the file system ``device``, probed in ``directory``."""
+def _probe_user_xattr(directory: Path) -> str | None:
+    """The strerror of a probe file's setxattr() of a user xattr in ``directory`` when the file
+    system does not support it, else None."""
     try:
         with tempfile.NamedTemporaryFile(prefix=".v9p-xattr-probe-", dir=directory) as probe:
             os.setxattr(probe.name, "user.v9p-probe", b"1")
     except OSError as err:
         if err.errno == errno.EOPNOTSUPP:
-            return f"the file system under {directory} takes no user xattrs ({err.strerror})"
+            return err.strerror
     return None
 
 

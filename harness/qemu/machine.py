@@ -27,7 +27,7 @@ from typing import IO, TYPE_CHECKING
 
 from harness.errors import HarnessMisuse, QEMUError, QEMUExited, QEMUStartError, QTestError, QTestTimeout
 from harness.fault.control import Injector
-from harness.qemu.config import DEVICE_ID, LocalFs, MachineConfig, Resources, user_xattr_problem
+from harness.qemu.config import DEVICE_ID, LocalFs, MachineConfig, Resources
 from harness.qemu.process import cpu_seconds, die_with_parent, listen, writes_coverage
 from harness.qemu.qtest import QTest
 from harness.qemu.sanitizers import sanitizer_env
@@ -151,10 +151,8 @@ class Machine:
         self._remove_dir()
 
     def _spawn(self) -> None:
-        fs = self.config.fs
-        if isinstance(fs, LocalFs) and fs.security_model == "mapped-xattr" and (problem := user_xattr_problem(fs.path)):
-            # QEMU would start, then refuse each request that sets a mode or an owner (EOPNOTSUPP)
-            raise HarnessMisuse(f"security_model=mapped-xattr keeps mode and owner in user xattrs, and {problem}")
+        if isinstance(self.config.fs, LocalFs) and (problem := self.config.fs.host_problem()):
+            raise HarnessMisuse(problem)
         # AF_UNIX paths are limited to 108 bytes and the machine directory can be deep: we bind
         # through /proc/self/fd/<dir> and QEMU, started in that directory, connects by bare name.
         dir_fd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY)

@@ -55,7 +55,7 @@ from harness.p9.session import Pending, Reply
 from harness.p9.trace import SUCCESS, Step, read_reproducer, rerun_command, restore_host
 from harness.p9.wire import RMessage
 from harness.qemu import provision
-from harness.qemu.config import FsConfig, LocalFs, MachineConfig, SynthFs, user_xattr_problem
+from harness.qemu.config import FsConfig, LocalFs, MachineConfig, SynthFs
 from harness.tools.connect import Connection, connect
 
 ABSENT, PRESENT, UNTESTABLE, UNREADABLE = 0, 1, 125, 255
@@ -303,10 +303,11 @@ def _config(binary: Path, header: dict[str, str], faults: bool = False) -> Machi
         options.pop("id", None), options.pop("path", None)
         model = options.pop("security_model", "mapped-xattr")
         export = Path(tempfile.mkdtemp(prefix="v9p-replay-"))
-        if model == "mapped-xattr" and (problem := user_xattr_problem(export)):  # the same on every commit
+        fs = LocalFs(export, security_model=model, extra=tuple(options.items()))  # type: ignore[arg-type]
+        if problem := fs.host_problem():  # the same on every commit: nothing to judge
             export.rmdir()
-            raise ReproducerError(f"its export cannot be made on this host: mapped-xattr needs user xattrs, "
-                                  f"and {problem}; set TMPDIR to a directory on another file system")  # fmt: skip
+            raise ReproducerError(f"its export cannot be made on this host: {problem}; set TMPDIR to a directory on "
+                                  "another file system")  # fmt: skip
         if header.get("export-mode"):  # a mount's export: its root as it was (pjdfstest's is 0755)
             export.chmod(int(header["export-mode"], 8))
         if header.get("host-dir"):  # the case's directory, which the harness made on the host,
@@ -317,7 +318,6 @@ def _config(binary: Path, header: dict[str, str], faults: bool = False) -> Machi
             except (OSError, KeyError, ValueError, TypeError) as err:
                 shutil.rmtree(export, ignore_errors=True)
                 raise ReproducerError(f"its host files cannot be made again: {type(err).__name__}: {err}") from err
-        fs = LocalFs(export, security_model=model, extra=tuple(options.items()))  # type: ignore[arg-type]
     else:
         fs = SynthFs()
     transport = "legacy" if header.get("transport") == "legacy" else "modern"
