@@ -3,7 +3,7 @@ from the wire table: 0, 1, the largest value, the "don't touch" value, the value
 names where the server's code turns — a time_t's sign, utimensat's UTIME_NOW, MAXWELEM names,
 PATH_MAX — and those the session and the target make meaningful: a count at msize - 11 and one
 over, an offset at and past the end of the file, data filling a request of msize and one byte
-more), in both dialects, under passthrough and mapped-xattr, on the row's example request, judged
+more), in both dialects, under every security model, on the row's example request, judged
 by the model (fixtures/cells.py): the exact errno, a refusal changing nothing, a success leaving
 the host as the model says (bytes, mode, owner, the times a request set) and every reply field as
 its source says. The fids, flags and names a request takes are the other tables' (``ELSEWHERE``).
@@ -22,7 +22,7 @@ from fixtures.deviations import READ_COUNT_ABOVE_MSIZE, table_bugs
 from fixtures.devices import QemuUnderTest
 from fixtures.mirror import Mirror
 from fixtures.place import Place
-from fixtures.subjects import EXAMPLE, MODELS, states
+from fixtures.subjects import EXAMPLE, FIELD_MODELS, states
 from fixtures.tables import Op, boundary_ops, short
 from harness.errors import DeviceNeedsReset
 from harness.p9 import wire
@@ -56,7 +56,8 @@ def check(
 
 @table_bugs
 @pytest.mark.qemu_bug(**READ_COUNT_ABOVE_MSIZE, raises=DeviceNeedsReset, when={"field": READ_COUNTS})
-@case_path("boundaries/{field}/{security_model}", backends=["local"], field=list(DOTL), security_model=list(MODELS))
+@case_path("boundaries/{field}/{security_model}", backends=["local"], field=list(DOTL),
+           security_model=list(FIELD_MODELS))  # fmt: skip
 def test_boundary(mirror: Mirror, place: Place, qemu_under_test: QemuUnderTest, field: str, security_model: str,
                   request: pytest.FixtureRequest) -> None:  # fmt: skip
     """9P2000.L's requests: each boundary of the field, judged by the model."""
@@ -67,7 +68,7 @@ def test_boundary(mirror: Mirror, place: Place, qemu_under_test: QemuUnderTest, 
 @table_bugs
 @pytest.mark.qemu_bug(**READ_COUNT_ABOVE_MSIZE, raises=DeviceNeedsReset, when={"field": READ_COUNTS})
 @case_path("boundaries/{field}/{security_model}", backends=["local"], dialect=[wire.DOTU], field=list(DOTU),
-           security_model=list(MODELS))  # fmt: skip
+           security_model=list(FIELD_MODELS))  # fmt: skip
 def test_boundary_dotu(mirror: Mirror, place: Place, qemu_under_test: QemuUnderTest, dialect: str, field: str,
                        security_model: str, request: pytest.FixtureRequest) -> None:  # fmt: skip
     """9P2000.u's requests: each boundary of the field, judged by the model."""

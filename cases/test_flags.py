@@ -2,8 +2,8 @@
 derived from the wire table's :class:`~harness.p9.wire.Bits`: each value alone, with each mode
 where the field has modes, each pair of bits where it has none, every bit, a bit with no meaning,
 all 32), in both dialects, on the row's own example request and on a fid in each state of
-fixtures/subjects.py ``FLAGGED`` (one of each thing a fid can be), under passthrough and
-mapped-xattr, judged by the model (fixtures/cells.py) as states/ judges: the exact errno, a
+fixtures/subjects.py ``FLAGGED`` (one of each thing a fid can be), under every security model,
+judged by the model (fixtures/cells.py) as states/ judges: the exact errno, a
 refusal changing nothing, a success as the model says.
 
 ``flags/{field}/{security_model}`` runs a field's every value in one case (the cheap mode);
@@ -22,7 +22,7 @@ from fixtures.deviations import table_bugs
 from fixtures.devices import QemuUnderTest
 from fixtures.mirror import Mirror
 from fixtures.place import Place
-from fixtures.subjects import EXAMPLE, FLAGGED, MODELS, states
+from fixtures.subjects import EXAMPLE, FIELD_MODELS, FLAGGED, states
 from fixtures.tables import Op, flag_ops, short
 from harness.p9 import wire
 
@@ -60,7 +60,7 @@ def check(
 
 
 @table_bugs
-@case_path("flags/{field}/{security_model}", backends=["local"], field=list(DOTL), security_model=list(MODELS))
+@case_path("flags/{field}/{security_model}", backends=["local"], field=list(DOTL), security_model=list(FIELD_MODELS))
 def test_flags(mirror: Mirror, place: Place, qemu_under_test: QemuUnderTest, field: str, security_model: str,
                request: pytest.FixtureRequest) -> None:  # fmt: skip
     """9P2000.L's flags fields: each value, judged by the model."""
@@ -70,7 +70,7 @@ def test_flags(mirror: Mirror, place: Place, qemu_under_test: QemuUnderTest, fie
 
 @table_bugs
 @case_path("flags/{field}/{security_model}", backends=["local"], dialect=[wire.DOTU], field=list(DOTU),
-           security_model=list(MODELS))  # fmt: skip
+           security_model=list(FIELD_MODELS))  # fmt: skip
 def test_flags_dotu(mirror: Mirror, place: Place, qemu_under_test: QemuUnderTest, dialect: str, field: str,
                     security_model: str, request: pytest.FixtureRequest) -> None:  # fmt: skip
     """9P2000.u's flags fields (Topen's and Tcreate's mode, Tcreate's perm): each value, judged by the model."""

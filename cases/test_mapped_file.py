@@ -6,6 +6,7 @@ renames and unlinks must carry or drop the metadata with the node."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -13,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from fixtures.case_path import case_path
-from fixtures.expect import expect_rlerror
+from fixtures.deviations import MAPPED_FILE_HARD_LINKS, MAPPED_FILE_MOVE, MAPPED_FILE_SETATTR_REMOVED
+from fixtures.expect import FieldNotAsWanted, UnexpectedReply, expect_field, expect_rlerror
 from fixtures.place import Place
+from harness.errors import P9Rlerror
 from harness.p9 import wire
 from harness.p9.messages import Tmknod, Trename, Trenameat, Tsetattr, Txattrcreate
 from harness.p9.session import Session
@@ -139,6 +142,197 @@ def test_metadata_follows_a_rename(place: Place, how: str) -> None:
     attr = p9.getattr(moved)
     assert (attr.mode, attr.uid) == (stat.S_IFREG | 0o604, 3001)
     for f in (fid, other, moved):
+        p9.clunk(f)
+
+
+#: where the moved node's metadata is before the move: its directory has none (every node in it
+#: the host's own), has some (another node's), or the node has its own
+SOURCES = ["bare_dir", "dir_with_metadata", "node_with_metadata"]
+
+
+@MAPPED_FILE
+@pytest.mark.qemu_bug(**MAPPED_FILE_MOVE, raises=P9Rlerror, when={"source": "bare_dir", "dest": "other_dir"})
+@case_path("models/mapped-file/carried/{op}/{kind}/{source}/{dest}", backends=["local"],
+           op=["rename", "renameat", "link"], kind=["file", "dir"], source=SOURCES, dest=["same_dir", "other_dir"],
+           unless=lambda op, kind, **_: op == "link" and kind == "dir")  # fmt: skip  # (a directory: no hard link)
+def test_metadata_carried(place: Place, op: str, kind: str, source: str, dest: str) -> None:  # fmt: skip
+    """Trename, Trenameat and Tlink of a node to another name in its directory or in another one,
+    from each place its metadata can be: the request succeeds; the new name is the node (its
+    inode); a rename leaves nothing at the old name, a link leaves it as it was; the metadata file
+    comes along exactly where there was one (a link's is a hard link of it), so the client sees the
+    same mode and owner at the new name; and a rename leaves no metadata for the old name."""
+    src, dst = place.host_path("src"), place.host_path("dst")
+    src.mkdir()
+    dst.mkdir()
+    node = src / "node"
+    if kind == "dir":
+        node.mkdir()
+    else:
+        node.write_bytes(b"data")
+    (src / "sibling").write_bytes(b"")
+    p9 = place.session
+    src_fid = p9.walk_fid(place.fid, ["src"])
+    fid = p9.walk_fid(src_fid, ["node"])
+    if source != "bare_dir":  # a mode and owner set through 9P: metadata of the node, or of its sibling
+        name = "node" if source == "node_with_metadata" else "sibling"
+        target = fid if name == "node" else p9.walk_fid(src_fid, [name])
+        p9.rpc(Tsetattr(fid=target, valid=0x3, mode=stat.S_IFMT((src / name).lstat().st_mode) | 0o604, uid=3001))
+        if target != fid:
+            p9.clunk(target)
+    seen = p9.getattr(fid)
+    stored = metadata(node) if source == "node_with_metadata" else None
+    inode = node.lstat().st_ino
+    dst_fid = p9.walk_fid(place.fid, ["dst"]) if dest == "other_dir" else p9.walk_fid(src_fid, [])
+    if op == "rename":
+        p9.rpc(Trename(fid=fid, dfid=dst_fid, name="moved"))
+    elif op == "renameat":
+        p9.rpc(Trenameat(olddirfid=src_fid, oldname="node", newdirfid=dst_fid, newname="moved"))
+    else:
+        p9.link(dst_fid, fid, "moved")
+    moved = (dst if dest == "other_dir" else src) / "moved"
+    assert moved.lstat().st_ino == inode
+    assert os.path.lexists(node) == (op == "link")
+    assert ((moved.parent / META / "moved").exists(), (src / META / "node").exists()) == (
+        stored is not None, stored is not None and op == "link")  # fmt: skip
+    if stored is not None:
+        assert metadata(moved) == stored
+        if op == "link":  # one metadata file for the two names
+            assert (src / META / "node").samefile(moved.parent / META / "moved")
+    again = p9.walk_fid(dst_fid, ["moved"])
+    after = p9.getattr(again)
+    assert (after.mode, after.uid, after.gid) == (seen.mode, seen.uid, seen.gid)
+    for f in (again, dst_fid, fid, src_fid):
+        p9.clunk(f)
+
+
+@MAPPED_FILE
+@pytest.mark.qemu_bug(**MAPPED_FILE_MOVE, raises=(P9Rlerror, AssertionError),
+                      when={"source": ("bare_dir", "dir_with_metadata")})  # fmt: skip
+@case_path("models/mapped-file/carried_over/{op}/{source}/{dest}", backends=["local"], op=["rename", "renameat"],
+           source=SOURCES, dest=["same_dir", "other_dir"],
+           unless=lambda source, dest, **_: source == "bare_dir" and dest == "same_dir")  # fmt: skip
+def test_metadata_carried_over_a_file(place: Place, op: str, source: str, dest: str) -> None:
+    """(The 9P-made file a bare directory would replace gives it metadata: no such case.) Trename
+    and Trenameat of a file onto a file that has metadata of its own (made through 9P, with another
+    mode and owner), in its directory or another: the request succeeds, and the client sees the
+    moved file's mode and owner at the name, not the replaced one's; the name's metadata file is the
+    moved file's where it had one, else there is none."""
+    src, dst = place.host_path("src"), place.host_path("dst")
+    src.mkdir()
+    dst.mkdir()
+    node = src / "node"
+    node.write_bytes(b"data")
+    (src / "sibling").write_bytes(b"")
+    p9 = place.session
+    src_fid = p9.walk_fid(place.fid, ["src"])
+    fid = p9.walk_fid(src_fid, ["node"])
+    if source != "bare_dir":  # a mode and owner set through 9P: metadata of the node, or of its sibling
+        name = "node" if source == "node_with_metadata" else "sibling"
+        target = fid if name == "node" else p9.walk_fid(src_fid, [name])
+        p9.rpc(Tsetattr(fid=target, valid=0x3, mode=stat.S_IFREG | 0o604, uid=3001))
+        if target != fid:
+            p9.clunk(target)
+    dst_fid = p9.walk_fid(place.fid, ["dst"]) if dest == "other_dir" else p9.walk_fid(src_fid, [])
+    replaced = p9.walk_fid(dst_fid, [])
+    p9.lcreate(replaced, "moved", os.O_RDWR, 0o640, gid=4002)
+    p9.rpc(Tsetattr(fid=replaced, valid=0x2, uid=4001))
+    p9.clunk(replaced)
+    seen = p9.getattr(fid)
+    stored = metadata(node) if source == "node_with_metadata" else None
+    if op == "rename":
+        p9.rpc(Trename(fid=fid, dfid=dst_fid, name="moved"))
+    else:
+        p9.rpc(Trenameat(olddirfid=src_fid, oldname="node", newdirfid=dst_fid, newname="moved"))
+    moved = (dst if dest == "other_dir" else src) / "moved"
+    assert moved.read_bytes() == b"data" and not os.path.lexists(node)
+    again = p9.walk_fid(dst_fid, ["moved"])
+    after = p9.getattr(again)
+    assert (after.mode, after.uid, after.gid) == (seen.mode, seen.uid, seen.gid), "the replaced file's mode and owner"
+    assert (metadata(moved) if (moved.parent / META / "moved").exists() else None) == stored
+    for f in (again, dst_fid, fid, src_fid):
+        p9.clunk(f)
+
+
+#: the Tsetattr changes kept in the metadata file: valid, fields
+KEPT = {"mode": (0x1, {"mode": stat.S_IFREG | 0o604}), "uid": (0x2, {"uid": 3001}), "gid": (0x4, {"gid": 3002}),
+        "uid_gid": (0x6, {"uid": 3001, "gid": 3002})}  # fmt: skip
+
+
+@MAPPED_FILE
+@pytest.mark.qemu_bug(**MAPPED_FILE_SETATTR_REMOVED, raises=UnexpectedReply)
+@case_path("models/mapped-file/setattr_of_removed/{change}/{removed}", backends=["local"], change=list(KEPT),
+           removed=["through_9p", "on_host"])  # fmt: skip
+def test_setattr_of_a_removed_node(place: Place, change: str, removed: str) -> None:
+    """A Tsetattr of a mode or an owner by a fid whose file is gone (unlinked through 9P by another
+    fid, or on the host) answers ENOENT, as chmod(2) and chown(2) do, and leaves no metadata for
+    the name: the node the name names next (a hard link of another file made through 9P, or a
+    file the host makes) shows its own mode and owner."""
+    node, other = place.host_path("node"), place.host_path("other")
+    node.write_bytes(b"data")
+    other.write_bytes(b"other")
+    p9 = place.session
+    fid = p9.walk_fid(place.fid, ["node"])
+    if removed == "through_9p":
+        p9.unlinkat(place.fid, "node", 0)
+    else:
+        node.unlink()
+    valid, fields = KEPT[change]
+    with expect_rlerror(errno.ENOENT):
+        p9.rpc(Tsetattr(fid=fid, valid=valid, **fields))
+    assert not (place.host_path(META) / "node").exists()
+    if removed == "through_9p":
+        other_fid = p9.walk_fid(place.fid, ["other"])
+        p9.link(place.fid, other_fid, "node")
+        p9.clunk(other_fid)
+    else:
+        node.write_bytes(b"new")
+    again = p9.walk_fid(place.fid, ["node"])
+    attr, host = p9.getattr(again), node.lstat()
+    assert (attr.mode, attr.uid, attr.gid) == (host.st_mode, host.st_uid, host.st_gid)
+    for f in (again, fid):
+        p9.clunk(f)
+
+
+#: how a node comes to have two names: (who made it, who linked it)
+LINKS = {
+    "host_node_host_link": ("host", "host"), "host_node_9p_link": ("host", "9p"),
+    "9p_node_9p_link": ("9p", "9p"), "9p_node_host_link": ("9p", "host"),
+}  # fmt: skip
+
+
+@MAPPED_FILE
+@pytest.mark.qemu_bug(**MAPPED_FILE_HARD_LINKS, raises=FieldNotAsWanted,
+                      when={"links": ("host_node_host_link", "host_node_9p_link", "9p_node_host_link")})  # fmt: skip
+@case_path("models/mapped-file/hard_link/{links}/{change}/through_{through}", backends=["local"], links=list(LINKS),
+           change=list(KEPT), through=["first", "link"])  # fmt: skip
+def test_hard_links_show_one_mode_and_owner(place: Place, links: str, change: str, through: str) -> None:
+    """Two names of one node (a hard link, made through 9P or on the host, of a node made either
+    way) show the same mode and owner, and a Tsetattr of a mode or owner through either shows
+    through the other, as the inode's mode and owner do under chmod(2) and chown(2)."""
+    made, linked = LINKS[links]
+    p9 = place.session
+    if made == "host":
+        place.host_path("node").write_bytes(b"data")
+        first = p9.walk_fid(place.fid, ["node"])
+    else:
+        first = create(p9, place, "file")
+    if linked == "host":
+        os.link(place.host_path("node"), place.host_path("alias"))
+    else:
+        p9.link(place.fid, first, "alias")
+    alias = p9.walk_fid(place.fid, ["alias"])
+    names = {"first": first, "link": alias}
+    one, other = names[through], names["link" if through == "first" else "first"]
+    before = p9.getattr(one)
+    for field in ("mode", "uid", "gid"):  # one node: the same through either name
+        expect_field(p9.getattr(other), field, getattr(before, field))
+    valid, fields = KEPT[change]
+    p9.rpc(Tsetattr(fid=one, valid=valid, **fields))
+    after = p9.getattr(one)
+    assert all(getattr(after, name) == value for name, value in fields.items())  # through the name it was set by
+    for field in ("mode", "uid", "gid"):
+        expect_field(p9.getattr(other), field, getattr(after, field))
+    for f in (alias, first):
         p9.clunk(f)
 
 

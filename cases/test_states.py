@@ -1,7 +1,8 @@
 """Every request that takes a fid (fixtures/tables.py ``fid_ops``: each row of fixtures/model.py,
 the fid in each of its fid fields) with that fid in every state it can be in (fixtures/subjects.py
 ``states``: what it names, how the node was made, whether and how it is open, and what happened
-to the node or its directory since it was walked), under passthrough and mapped-xattr. One model
+to the node or its directory since it was walked), under passthrough, mapped-xattr and mapped-file
+(``--full-matrix``: none too). One model
 judges each (fixtures/cells.py): the exact errno, or a success with the host as the model says
 and every reply field as its source says; a refusal leaves the slot exactly as it was and makes
 no fid.
@@ -37,22 +38,22 @@ from harness.p9.messages import Tgetattr
 
 OPS: dict[str, Op] = {op.name: op for op in fid_ops()}
 #: every state of the product on any server these cases run (what cannot exist on one: skipped there)
-EVERY = list(dict.fromkeys(states(Server("passthrough")) + states(Server("mapped-xattr"))))
+EVERY = list(dict.fromkeys(state for model in MODELS.full for state in states(Server(model))))
 
 
 @table_bugs
 @case_path("states/{state}/{op}/{security_model}", backends=["local"], state=Shown(SHOWN, EVERY), op=list(OPS),
-           security_model=list(MODELS))  # fmt: skip
-def test_operation_in_state(
-    mirror: Mirror, place: Place, qemu_under_test: QemuUnderTest, state: State, op: str, security_model: str
-) -> None:
+           security_model=MODELS)  # fmt: skip
+def test_operation_in_state(mirror: Mirror, place: Place, qemu_under_test: QemuUnderTest, state: State, op: str,
+                            security_model: str, pytestconfig: pytest.Config) -> None:  # fmt: skip
     """Each request that takes a fid, on a fid in each state, as the model says."""
     why = cannot(state, mirror.model.server)
     if why is not None:
         pytest.skip(f"no fid is {state} on QEMU {qemu_under_test.probe.version} under {security_model}: {why}")
     params = {"state": state, "op": op, "message": op.split("/")[0], "security_model": security_model}
     marks = test_operation_in_state.pytestmark  # type: ignore[attr-defined]
-    assert_cell(mirror, place.fid, Cell(state, OPS[op]), deviating_bugs(marks, params, qemu_under_test.probe.version))
+    known = deviating_bugs(marks, params, qemu_under_test.probe.version)
+    assert_cell(mirror, place.fid, Cell(state, OPS[op]), known, pytestconfig.option.runxfail)
 
 
 #: the groups of the cheap cases: the states of each node kind, and the other fids
@@ -60,7 +61,7 @@ GROUPS = [*sorted({state.kind for state in EVERY} - set(OTHER_FIDS)), "other"]
 
 
 @case_path("states/every/{group}/{security_model}", backends=["local"], group=Shown(GROUPS, []),
-           security_model=list(MODELS))  # fmt: skip
+           security_model=MODELS)  # fmt: skip
 def test_every_state(mirror: Mirror, place: Place, qemu_under_test: QemuUnderTest, group: str,
                      security_model: str, pytestconfig: pytest.Config) -> None:  # fmt: skip
     """Every request on a fid in every state of the group not run as a case of its own (the cheap
@@ -75,7 +76,7 @@ DOTU_OPS = fid_ops(wire.DOTU)
 
 
 @case_path("states/every/dotu/{group}/{security_model}", backends=["local"], dialect=[wire.DOTU],
-           group=Shown(GROUPS, GROUPS), security_model=list(MODELS))  # fmt: skip
+           group=Shown(GROUPS, GROUPS), security_model=MODELS)  # fmt: skip
 def test_every_state_dotu(mirror: Mirror, place: Place, qemu_under_test: QemuUnderTest, dialect: str, group: str,
                           security_model: str, pytestconfig: pytest.Config) -> None:  # fmt: skip
     """9P2000.u's requests on a fid in every state of the group, in the cheap mode."""
@@ -98,7 +99,7 @@ def every_state(mirror: Mirror, place: Place, group: str, security_model: str, o
 
 
 @table_bugs
-@case_path("states/excluded/{security_model}", backends=["local"], security_model=list(MODELS))
+@case_path("states/excluded/{security_model}", backends=["local"], security_model=MODELS)
 def test_excluded_states(mirror: Mirror, place: Place, qemu_under_test: QemuUnderTest, security_model: str) -> None:
     """Every cell of the product the table says cannot exist (fixtures/subjects.py ``excluded``),
     built all the same, as a claim: building it meets a request the server refuses (as the model

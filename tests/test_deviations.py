@@ -13,9 +13,12 @@ import pytest
 from fixtures.answers import OK, Err, Target
 from fixtures.cells import Verdict
 from fixtures.deviations import (
+    METADATA_OF_NOTHING,
     READDIR_UNCHECKED,
     SPECIAL_OPENED,
     TABLE_BUGS,
+    metadata_of_nothing,
+    moved_from_bare_dir,
     readdir_unchecked,
     readdir_unchecked_kills,
     special_opened,
@@ -29,9 +32,12 @@ from harness.p9.messages import (
     Tattach,
     Tgetattr,
     Tlcreate,
+    Tlink,
     Tlopen,
     Treaddir,
     Treadlink,
+    Trename,
+    Trenameat,
     Tsetattr,
     Tstatfs,
     Tunlinkat,
@@ -228,3 +234,80 @@ def test_an_opened_special_file_is_a_known_bug_s_step_before_the_cve_fix() -> No
         (kind, opened) for kind in ("fifo", "char", "block") for opened in ("rdonly", "wronly", "rdwr")
     }
     assert set(before.values()) == {None, SPECIAL_OPENED_STEP} and set(after.values()) == {None}
+
+
+def _mapped_file(host: Path, security_model: str = "mapped-file") -> Export:
+    """A mapped-file model over ``host``: ``d/f`` and the directory ``e``, made on the host (no
+    metadata), fid 1 on ``d/f``, 2 on ``e``, 3 on ``d``."""
+    (host / "d").mkdir()
+    (host / "d" / "f").write_bytes(b"data")
+    (host / "e").mkdir()
+    model = Export(Server(security_model))
+    model.host_root = host
+    d = model.root.entries["d"] = Node(Kind.DIR, 0o755, native=True)
+    d.entries["f"] = Node(Kind.FILE, 0o644, b"data", native=True)
+    model.root.entries["e"] = Node(Kind.DIR, 0o755, native=True)
+    attach = Tattach(fid=0, afid=NOFID, uname="", aname="", n_uname=0)
+    for step in (attach, Twalk(fid=0, newfid=1, wnames=["d", "f"]), Twalk(fid=0, newfid=2, wnames=["e"]),
+                 Twalk(fid=0, newfid=3, wnames=["d"])):  # fmt: skip
+        model.apply(step)
+    assert set(model.fids) == {0, 1, 2, 3}
+    return model
+
+
+def test_a_move_out_of_a_directory_without_metadata_is_enoent(tmp_path: Path) -> None:
+    """MOVED_FROM_BARE_DIR: a Trename, Trenameat or Tlink into another directory, out of one
+    without .virtfs_metadata, answers ENOENT; within the directory, or once it has metadata, the
+    model's answer."""
+    model = _mapped_file(tmp_path)
+    away = [Trename(fid=1, dfid=2, name="g"), Trenameat(olddirfid=3, oldname="f", newdirfid=2, newname="g"),
+            Tlink(dfid=2, fid=1, name="g")]  # fmt: skip
+    assert [moved_from_bare_dir(model, r) for r in away] == [Err(errno.ENOENT)] * 3
+    assert moved_from_bare_dir(model, Trename(fid=1, dfid=3, name="g")) is None  # its own directory
+    (tmp_path / "d" / ".virtfs_metadata").mkdir()
+    assert [moved_from_bare_dir(model, r) for r in away] == [None] * 3
+    (tmp_path / "d" / ".virtfs_metadata").rmdir()
+    (tmp_path / "x").mkdir()
+    xattr = _mapped_file(tmp_path / "x", "mapped-xattr")
+    assert [moved_from_bare_dir(xattr, r) for r in away] == [None] * 3
+
+
+def test_a_setattr_of_a_gone_node_writes_its_metadata(tmp_path: Path) -> None:
+    """METADATA_OF_NOTHING: under mapped-file a Tsetattr of a mode or owner by a gone path
+    answers as the rest of the request would (OK for the mode or owner alone), and says it
+    writes metadata; an owner of -1 and -1 looks for the node (ENOENT, the model's own)."""
+    model = _mapped_file(tmp_path)
+    model.apply(Tunlinkat(dirfd=3, name="f", flags=0))
+
+    def setattr(valid: int, **fields: int) -> Tsetattr:
+        zero = dict.fromkeys(("uid", "gid", "size", "atime_sec", "atime_nsec", "mtime_sec", "mtime_nsec"), 0)
+        return Tsetattr(fid=1, valid=valid, **{**zero, "mode": 0o600, **fields})
+
+    assert model.peek(setattr(wire.SETATTR_MODE)) == Err(errno.ENOENT)
+    assert metadata_of_nothing(model, setattr(wire.SETATTR_MODE)) == OK
+    assert metadata_of_nothing(model, setattr(wire.SETATTR_UID | wire.SETATTR_CTIME)) == OK
+    assert metadata_of_nothing(model, setattr(wire.SETATTR_UID, uid=NO_ID)) is None
+    assert METADATA_OF_NOTHING.unmodelled is not None and METADATA_OF_NOTHING.unmodelled(model, setattr(1))
+    (tmp_path / "x").mkdir()
+    xattr = _mapped_file(tmp_path / "x", "mapped-xattr")
+    xattr.apply(Tunlinkat(dirfd=3, name="f", flags=0))
+    assert xattr.peek(setattr(wire.SETATTR_MODE)) == Err(errno.ENOENT)
+    assert metadata_of_nothing(xattr, setattr(wire.SETATTR_MODE)) is None
+
+
+def test_mapped_file_getattr_of_an_open_fid_goes_by_path(tmp_path: Path) -> None:
+    """Under mapped-file Tgetattr of an open fid reaches its node by path (v9fs_co_fstat()'s
+    fallback), and the descriptor only where the path names nothing: OK for an open file whose
+    name is gone, ENOTDIR once its directory is a file; by descriptor elsewhere (OK either way)."""
+    (tmp_path / "file").mkdir()
+    (tmp_path / "xattr").mkdir()
+    for model in (_mapped_file(tmp_path / "file", "mapped-file"), _mapped_file(tmp_path / "xattr", "mapped-xattr")):
+        model.apply(Tlopen(fid=1, flags=os.O_RDONLY))
+        model.apply(Tunlinkat(dirfd=3, name="f", flags=0))
+        assert model.peek(Tgetattr(fid=1, request_mask=wire.GETATTR_BASIC)) == OK
+        model.root.entries["d"] = Node(Kind.FILE, 0o644, native=True)  # the directory now a file
+        mapped_file = model.server.security_model == "mapped-file"
+        assert model.peek(Tgetattr(fid=1, request_mask=wire.GETATTR_BASIC)) == (
+            Err(errno.ENOTDIR) if mapped_file else OK
+        )
+    assert RULES[Tsetattr].reach(Server("mapped-file")) is By.DESCRIPTOR_IF_OPEN
