@@ -150,6 +150,30 @@ def test_metadata_follows_a_rename(place: Place, how: str) -> None:
 SOURCES = ["bare_dir", "dir_with_metadata", "node_with_metadata"]
 
 
+def to_move(place: Place, kind: str, source: str) -> tuple[Path, Path, int, int]:
+    """``src/node`` of ``kind`` beside the file ``src/sibling``, and ``dst``, made on the host; a
+    mode and owner set through 9P where ``source`` (:data:`SOURCES`) puts metadata; ``src`` and
+    ``dst``, and fids on ``src`` and on the node."""
+    src, dst = place.host_path("src"), place.host_path("dst")
+    src.mkdir()
+    dst.mkdir()
+    if kind == "dir":
+        (src / "node").mkdir()
+    else:
+        (src / "node").write_bytes(b"data")
+    (src / "sibling").write_bytes(b"")
+    p9 = place.session
+    src_fid = p9.walk_fid(place.fid, ["src"])
+    fid = p9.walk_fid(src_fid, ["node"])
+    if source != "bare_dir":
+        name = "node" if source == "node_with_metadata" else "sibling"
+        target = fid if name == "node" else p9.walk_fid(src_fid, [name])
+        p9.rpc(Tsetattr(fid=target, valid=0x3, mode=stat.S_IFMT((src / name).lstat().st_mode) | 0o604, uid=3001))
+        if target != fid:
+            p9.clunk(target)
+    return src, dst, src_fid, fid
+
+
 @MAPPED_FILE
 @pytest.mark.qemu_bug(**MAPPED_FILE_MOVE, raises=P9Rlerror, when={"source": "bare_dir", "dest": "other_dir"})
 @case_path("models/mapped-file/carried/{op}/{kind}/{source}/{dest}", backends=["local"],
@@ -161,24 +185,8 @@ def test_metadata_carried(place: Place, op: str, kind: str, source: str, dest: s
     inode); a rename leaves nothing at the old name, a link leaves it as it was; the metadata file
     comes along exactly where there was one (a link's is a hard link of it), so the client sees the
     same mode and owner at the new name; and a rename leaves no metadata for the old name."""
-    src, dst = place.host_path("src"), place.host_path("dst")
-    src.mkdir()
-    dst.mkdir()
-    node = src / "node"
-    if kind == "dir":
-        node.mkdir()
-    else:
-        node.write_bytes(b"data")
-    (src / "sibling").write_bytes(b"")
-    p9 = place.session
-    src_fid = p9.walk_fid(place.fid, ["src"])
-    fid = p9.walk_fid(src_fid, ["node"])
-    if source != "bare_dir":  # a mode and owner set through 9P: metadata of the node, or of its sibling
-        name = "node" if source == "node_with_metadata" else "sibling"
-        target = fid if name == "node" else p9.walk_fid(src_fid, [name])
-        p9.rpc(Tsetattr(fid=target, valid=0x3, mode=stat.S_IFMT((src / name).lstat().st_mode) | 0o604, uid=3001))
-        if target != fid:
-            p9.clunk(target)
+    src, dst, src_fid, fid = to_move(place, kind, source)
+    node, p9 = src / "node", place.session
     seen = p9.getattr(fid)
     stored = metadata(node) if source == "node_with_metadata" else None
     inode = node.lstat().st_ino
@@ -217,21 +225,8 @@ def test_metadata_carried_over_a_file(place: Place, op: str, source: str, dest: 
     mode and owner), in its directory or another: the request succeeds, and the client sees the
     moved file's mode and owner at the name, not the replaced one's; the name's metadata file is the
     moved file's where it had one, else there is none."""
-    src, dst = place.host_path("src"), place.host_path("dst")
-    src.mkdir()
-    dst.mkdir()
-    node = src / "node"
-    node.write_bytes(b"data")
-    (src / "sibling").write_bytes(b"")
-    p9 = place.session
-    src_fid = p9.walk_fid(place.fid, ["src"])
-    fid = p9.walk_fid(src_fid, ["node"])
-    if source != "bare_dir":  # a mode and owner set through 9P: metadata of the node, or of its sibling
-        name = "node" if source == "node_with_metadata" else "sibling"
-        target = fid if name == "node" else p9.walk_fid(src_fid, [name])
-        p9.rpc(Tsetattr(fid=target, valid=0x3, mode=stat.S_IFREG | 0o604, uid=3001))
-        if target != fid:
-            p9.clunk(target)
+    src, dst, src_fid, fid = to_move(place, "file", source)
+    node, p9 = src / "node", place.session
     dst_fid = p9.walk_fid(place.fid, ["dst"]) if dest == "other_dir" else p9.walk_fid(src_fid, [])
     replaced = p9.walk_fid(dst_fid, [])
     p9.lcreate(replaced, "moved", os.O_RDWR, 0o640, gid=4002)
