@@ -1,7 +1,8 @@
 """Who a fid acts as: Tattach's n_uname becomes the fid's uid, every fid walked from it inherits it,
 and what such a fid creates is owned by it: on the host itself under passthrough (and none, which
-tries the same and ignores failures), in user.virtfs.uid under mapped-xattr. The group is the gid
-the request names. Two attaches with different n_unames do not mix."""
+tries the same and ignores failures), in user.virtfs.uid under mapped-xattr, in the node's
+.virtfs_metadata file under mapped-file. The group is the gid the request names. Two attaches with
+different n_unames do not mix."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ import stat
 import pytest
 
 from fixtures.case_path import case_path
+from fixtures.mirror import mapped_attribute
+from fixtures.model import SECURITY_MODELS
 from fixtures.place import Place
 from harness.p9 import wire
 from harness.p9.messages import Tmknod
 from harness.p9.session import Session
 
 USER, GROUP = 1234, 4321
-MODELS = ["passthrough", "mapped-xattr", "none"]
+MODELS = list(SECURITY_MODELS)
 
 
 def make(p9: Session, dfid: int, kind: str) -> None:
@@ -34,15 +37,14 @@ def make(p9: Session, dfid: int, kind: str) -> None:
         p9.rpc(Tmknod(dfid=dfid, name=kind, mode=stat.S_IFREG | 0o640, major=0, minor=0, gid=GROUP))
 
 
-def owner(place: Place, model: str, name: str) -> tuple[int, int]:
-    """The owner the model stored for ``name``: the host's, or mapped-xattr's user.virtfs.*."""
+def owner(place: Place, model: str, name: str) -> tuple[int | None, int | None]:
+    """The owner the security model stored for ``name``: the host's, or what a mapped model keeps
+    (None: it keeps none)."""
     path = place.host_path(name)
-    if model != "mapped-xattr":
+    if not model.startswith("mapped"):
         st = path.lstat()
         return st.st_uid, st.st_gid
-    uid, gid = (int.from_bytes(os.getxattr(path, f"user.virtfs.{k}", follow_symlinks=False), "little")
-                for k in ("uid", "gid"))  # fmt: skip
-    return uid, gid
+    return mapped_attribute(path, model, "uid"), mapped_attribute(path, model, "gid")
 
 
 @case_path("identity/{security_model}/{kind}", backends=["local"], security_model=MODELS,

@@ -65,7 +65,7 @@ def host_state(path: str) -> tuple[int, int, int]:
 
 
 @case_path("security/symlink_escape/{security_model}/{target}", backends=["local"],
-     security_model=["passthrough", "mapped-xattr"], target=["root", "etc"])  # fmt: skip
+     security_model=["passthrough", "mapped-xattr", "mapped-file"], target=["root", "etc"])  # fmt: skip
 def test_symlink_out_of_the_export(place: Place, security_model: str, target: str) -> None:
     """A symlink to / or /etc: Twalk does not follow it (the walk stops at the link), Tgetattr
     describes the link itself, and Tlopen/Tsetattr never touch the host target (passthrough:
