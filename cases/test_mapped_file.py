@@ -19,7 +19,7 @@ from fixtures.expect import FieldNotAsWanted, UnexpectedReply, expect_field, exp
 from fixtures.place import Place
 from harness.errors import P9Rlerror
 from harness.p9 import wire
-from harness.p9.messages import Tmknod, Trename, Trenameat, Tsetattr, Txattrcreate
+from harness.p9.messages import Tmknod, Tremove, Trename, Trenameat, Tsetattr, Txattrcreate, twstat
 from harness.p9.session import Session
 
 MAPPED_FILE = pytest.mark.fsdev(security_model="mapped-file")
@@ -286,6 +286,32 @@ def test_setattr_of_a_removed_node(place: Place, change: str, removed: str) -> N
     assert (attr.mode, attr.uid, attr.gid) == (host.st_mode, host.st_uid, host.st_gid)
     for f in (again, fid):
         p9.clunk(f)
+
+
+#: the 9P2000.u Twstat owner changes, and a mode (which v9fs_wstat() looks the node up for first)
+WSTAT_KEPT = {"n_uid": {"n_uid": 3001}, "n_gid": {"n_gid": 3002}, "n_uid_n_gid": {"n_uid": 3001, "n_gid": 3002},
+              "mode": {"mode": 0o604}}  # fmt: skip
+
+
+@MAPPED_FILE
+@pytest.mark.qemu_bug(**MAPPED_FILE_SETATTR_REMOVED, raises=UnexpectedReply,
+                      when={"change": ("n_uid", "n_gid", "n_uid_n_gid")})  # fmt: skip
+@case_path("models/mapped-file/wstat_of_removed/{change}/{removed}", backends=["local"], dialect=[wire.DOTU],
+           change=list(WSTAT_KEPT), removed=["through_9p", "on_host"])  # fmt: skip
+def test_wstat_of_a_removed_node(place: Place, dialect: str, change: str, removed: str) -> None:
+    """9P2000.u: a Twstat of an owner or a mode by a fid whose file is gone (removed by another
+    fid's Tremove, or on the host) answers ENOENT and leaves no metadata for the name."""
+    place.host_path("node").write_bytes(b"data")
+    p9 = place.session
+    fid = p9.walk_fid(place.fid, ["node"])
+    if removed == "through_9p":
+        p9.rpc(Tremove(fid=p9.walk_fid(place.fid, ["node"])))
+    else:
+        place.host_path("node").unlink()
+    with expect_rlerror(errno.ENOENT):
+        p9.rpc(twstat(fid, **WSTAT_KEPT[change]))
+    assert not (place.host_path(META) / "node").exists()
+    p9.clunk(fid)
 
 
 #: how a node comes to have two names: (who made it, who linked it)
