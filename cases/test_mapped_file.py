@@ -249,8 +249,7 @@ def test_metadata_carried_over_a_file(place: Place, op: str, source: str, dest: 
 
 
 #: the Tsetattr changes kept in the metadata file: valid, fields
-KEPT = {"mode": (0x1, {"mode": stat.S_IFREG | 0o604}), "uid": (0x2, {"uid": 3001}), "gid": (0x4, {"gid": 3002}),
-        "uid_gid": (0x6, {"uid": 3001, "gid": 3002})}  # fmt: skip
+KEPT = {change: SETATTR[change][:2] for change in ("mode", "uid", "gid", "uid_gid")}
 
 
 @MAPPED_FILE

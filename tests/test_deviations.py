@@ -13,6 +13,7 @@ import pytest
 from fixtures.answers import OK, Err, Target
 from fixtures.cells import Verdict
 from fixtures.deviations import (
+    MAPPED,
     METADATA_OF_NOTHING,
     READDIR_UNCHECKED,
     SPECIAL_OPENED,
@@ -25,7 +26,7 @@ from fixtures.deviations import (
 )
 from fixtures.footprint import reads
 from fixtures.known import deviating_bugs
-from fixtures.model import NO_ID, RULES, By, Export, Kind, Node, Server, Use
+from fixtures.model import NO_ID, RULES, SECURITY_MODELS, By, Export, Kind, Node, Server, Use
 from fixtures.subjects import SPECIAL_OPENED_STEP, excluded
 from harness.p9 import wire
 from harness.p9.messages import (
@@ -311,3 +312,8 @@ def test_mapped_file_getattr_of_an_open_fid_goes_by_path(tmp_path: Path) -> None
             Err(errno.ENOTDIR) if mapped_file else OK
         )
     assert RULES[Tsetattr].reach(Server("mapped-file")) is By.DESCRIPTOR_IF_OPEN
+
+
+def test_the_mapped_models_are_those_the_model_calls_mapped() -> None:
+    """MAPPED, the known bugs' literal, names every security model the model keeps metadata for."""
+    assert tuple(model for model in SECURITY_MODELS if Server(model).mapped) == MAPPED
