@@ -18,7 +18,9 @@ from fixtures.deviations import (
     READDIR_UNCHECKED,
     SPECIAL_OPENED,
     TABLE_BUGS,
+    dotu_read_by_path,
     metadata_of_nothing,
+    mknod_any_type_answer,
     moved_from_bare_dir,
     readdir_unchecked,
     readdir_unchecked_kills,
@@ -35,6 +37,9 @@ from harness.p9.messages import (
     Tlcreate,
     Tlink,
     Tlopen,
+    Tmknod,
+    Topen,
+    Tread,
     Treaddir,
     Treadlink,
     Trename,
@@ -312,6 +317,40 @@ def test_mapped_file_getattr_of_an_open_fid_goes_by_path(tmp_path: Path) -> None
             Err(errno.ENOTDIR) if mapped_file else OK
         )
     assert RULES[Tsetattr].reach(Server("mapped-file")) is By.DESCRIPTOR_IF_OPEN
+
+
+def test_a_host_directory_kept_as_a_file_opens_and_takes_nodes_as_the_host_s(tmp_path: Path) -> None:
+    """Under mapped-file a name whose metadata says file while the host has a directory there
+    (replaced on the host): it opens as the host's directory does, for reading only and not with
+    O_TRUNC (EISDIR), and a Tmknod of a directory or symlink type in it makes a regular file
+    (mknod-mapped-type) where a Tmknod in a file would be ENOTDIR."""
+    model = _mapped_file(tmp_path)
+    model.root.entries["x"] = Node(Kind.FILE, 0o644, host_kind=Kind.DIR)
+    model.apply(Twalk(fid=0, newfid=4, wnames=["x"]))
+    assert model.peek(Tlopen(fid=4, flags=os.O_RDONLY)) == OK
+    assert [model.peek(Tlopen(fid=4, flags=flags)) for flags in (os.O_TRUNC, os.O_WRONLY, os.O_RDWR)] == [
+        Err(errno.EISDIR)] * 3  # fmt: skip
+    made = [Tmknod(dfid=4, name="n", mode=kind | 0o644, major=0, minor=0, gid=0) for kind in (stat.S_IFDIR, stat.S_IFLNK)]
+    assert [model.peek(r) for r in made] == [Err(errno.EPERM), Err(errno.EINVAL)]
+    assert [mknod_any_type_answer(model, r) for r in made] == [OK, OK]
+    assert mknod_any_type_answer(model, Tmknod(dfid=1, name="n", mode=stat.S_IFDIR, major=0, minor=0, gid=0)) is None
+
+
+def test_a_dotu_directory_read_by_a_gone_path_may_answer_its_error_at_any_offset() -> None:
+    """DOTU_READ_BY_PATH: once an open directory's name is gone, a 9P2000.u Tread answers ENOENT
+    at offset 0, and may (a stream that has entries left) past it, where the model lists the
+    stream's entries."""
+    model = Export(Server("passthrough", dialect=wire.DOTU))
+    for step in (Tattach(fid=0, afid=NOFID, uname="", aname="", n_uname=0), Twalk(fid=0, newfid=1, wnames=[])):
+        assert not isinstance(model.apply(step), Err), step
+    model.root.entries["d"] = Node(Kind.DIR, 0o755)
+    model.apply(Twalk(fid=0, newfid=2, wnames=["d"]))
+    assert model.apply(Topen(fid=2, mode=0)) == OK
+    model.root.entries["e"] = model.root.entries.pop("d")  # renamed on the host
+    assert dotu_read_by_path(model, Tread(fid=2, offset=0, count=64)) == Err(errno.ENOENT)
+    past = dotu_read_by_path(model, Tread(fid=2, offset=1, count=64))
+    assert past is not None and past.admits(Err(errno.ENOENT)) and not model.peek(Tread(fid=2, offset=1, count=64)).admits(
+        Err(errno.ENOENT))  # fmt: skip
 
 
 def test_the_mapped_models_are_those_the_model_calls_mapped() -> None:
