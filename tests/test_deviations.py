@@ -19,6 +19,7 @@ from fixtures.deviations import (
     SPECIAL_OPENED,
     TABLE_BUGS,
     dotu_read_by_path,
+    ftruncate_unwritable,
     metadata_of_nothing,
     mknod_any_type_answer,
     moved_from_bare_dir,
@@ -351,6 +352,19 @@ def test_a_dotu_directory_read_by_a_gone_path_may_answer_its_error_at_any_offset
     past = dotu_read_by_path(model, Tread(fid=2, offset=1, count=64))
     assert past is not None and past.admits(Err(errno.ENOENT)) and not model.peek(Tread(fid=2, offset=1, count=64)).admits(
         Err(errno.ENOENT))  # fmt: skip
+
+
+def test_a_size_and_ctime_on_a_read_only_fid_whose_name_is_gone_is_the_ftruncate_s_einval() -> None:
+    """FTRUNCATE_UNWRITABLE: a size with a ctime beside it is the ftruncate() alone (a ctime is a
+    touch by path only where it is all the request asks), so EINVAL; a ctime alone is ENOENT."""
+    model = _model("10.1.0")
+    for step in (Twalk(fid=0, newfid=7, wnames=["f"]), Tlopen(fid=7, flags=os.O_RDONLY),
+                 Tunlinkat(dirfd=0, name="f", flags=0)):  # fmt: skip
+        assert not isinstance(model.apply(step), Err), step
+    zero = dict.fromkeys(("mode", "uid", "gid", "atime_sec", "atime_nsec", "mtime_sec", "mtime_nsec"), 0)
+    sized = Tsetattr(fid=7, valid=wire.SETATTR_SIZE | wire.SETATTR_CTIME, size=3, **zero)
+    assert ftruncate_unwritable(model, sized) == Err(errno.EINVAL)
+    assert model.peek(sized.replaced(valid=wire.SETATTR_CTIME)) == Err(errno.ENOENT)
 
 
 def test_the_mapped_models_are_those_the_model_calls_mapped() -> None:
