@@ -14,7 +14,7 @@ PJDFSTEST_DIRS = {
     "truncate": 15, "unlink": 15, "utimensat": 10,
 }  # fmt: skip
 PJDFSTEST_FILES = [f"{d}/{n:02d}" for d, count in PJDFSTEST_DIRS.items() for n in range(count)]
-MODELS = ["passthrough", "mapped-xattr"]
+MODELS = ["passthrough", "mapped-xattr", "mapped-file"]
 
 
 class PjdfstestFailed(AssertionError):
@@ -54,3 +54,9 @@ GETATTR_REASON = (
     "and QEMU answers the Tgetattr by the fid's path, which is gone: ENOENT (QEMU GitLab #103; "
     "local/unlinked_open_file/getattr is the same bug in one Tgetattr)"
 )
+#: The .t files that check a chmod(2) or chown(2) moved the ctime, and the one that counts a
+#: directory's links: under mapped-file QEMU's known bugs mapped-file-ctime and mapped-file-nlink
+#: (cases metadata/ctime/… and metadata/nlink/…). Read off master's run, each failing check one of
+#: those (chmod/00.t's 64-84, chown/00.t's 38 ctime checks, rename/24.t's nlink checks 4, 8, 9).
+CTIME_PJDFSTEST = ("chmod/00", "chown/00")
+NLINK_PJDFSTEST = ("rename/24",)

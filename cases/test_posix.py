@@ -1,5 +1,5 @@
 """POSIX programs on a mount of the export (``python -m harness mount``): pjdfstest's syscall checks,
-one case per ``.t`` file, under passthrough and mapped-xattr.
+one case per ``.t`` file, under passthrough, mapped-xattr and mapped-file.
 
 Each case mounts a fresh QEMU's export, runs its ``.t`` as root in a directory of its own there (as
 ``prove`` would), and reads the TAP. A check that fails must be one the classification in
@@ -23,16 +23,19 @@ import pytest
 
 from cases.posix_expectations import (
     BRIDGE,
+    CTIME_PJDFSTEST,
     GETATTR_PJDFSTEST,
     GETATTR_REASON,
     GETATTR_STRESSORS,
     MKNOD_PJDFSTEST,
     MKNOD_REASON,
     MODELS,
+    NLINK_PJDFSTEST,
     PJDFSTEST_FILES,
     PjdfstestFailed,
 )
 from fixtures.case_path import case_path
+from fixtures.deviations import MAPPED_FILE_CTIME, MAPPED_FILE_NLINK
 from fixtures.mount import Mount
 from harness.qemu import versions
 from harness.qemu.pjdfstest import run_file
@@ -48,6 +51,10 @@ T_TIMEOUT = 600.0
 @pytest.mark.qemu_bug(
     fixed_in=versions.GETATTR_OPEN_FID, reason=GETATTR_REASON, raises=PjdfstestFailed, when={"t": GETATTR_PJDFSTEST},
 )  # fmt: skip
+@pytest.mark.qemu_bug(**MAPPED_FILE_CTIME, raises=PjdfstestFailed,
+                      when={"t": CTIME_PJDFSTEST, "security_model": "mapped-file"})  # fmt: skip
+@pytest.mark.qemu_bug(**MAPPED_FILE_NLINK, raises=PjdfstestFailed,
+                      when={"t": NLINK_PJDFSTEST, "security_model": "mapped-file"})  # fmt: skip
 @case_path("posix/pjdfstest/{t}/{security_model}", backends=["local"], t=PJDFSTEST_FILES, security_model=MODELS)
 def test_pjdfstest(t: str, security_model: str, posix_mount: Mount, pjdfstest_tree: Path) -> None:
     """pjdfstest ``tests/{t}.t`` on the mount: every planned check ran, and those that failed are the

@@ -331,7 +331,8 @@ def test_a_host_directory_kept_as_a_file_opens_and_takes_nodes_as_the_host_s(tmp
     assert model.peek(Tlopen(fid=4, flags=os.O_RDONLY)) == OK
     assert [model.peek(Tlopen(fid=4, flags=flags)) for flags in (os.O_TRUNC, os.O_WRONLY, os.O_RDWR)] == [
         Err(errno.EISDIR)] * 3  # fmt: skip
-    made = [Tmknod(dfid=4, name="n", mode=kind | 0o644, major=0, minor=0, gid=0) for kind in (stat.S_IFDIR, stat.S_IFLNK)]
+    made = [Tmknod(dfid=4, name="n", mode=kind | 0o644, major=0, minor=0, gid=0)
+            for kind in (stat.S_IFDIR, stat.S_IFLNK)]  # fmt: skip
     assert [model.peek(r) for r in made] == [Err(errno.EPERM), Err(errno.EINVAL)]
     assert [mknod_any_type_answer(model, r) for r in made] == [OK, OK]
     assert mknod_any_type_answer(model, Tmknod(dfid=1, name="n", mode=stat.S_IFDIR, major=0, minor=0, gid=0)) is None
@@ -349,9 +350,9 @@ def test_a_dotu_directory_read_by_a_gone_path_may_answer_its_error_at_any_offset
     assert model.apply(Topen(fid=2, mode=0)) == OK
     model.root.entries["e"] = model.root.entries.pop("d")  # renamed on the host
     assert dotu_read_by_path(model, Tread(fid=2, offset=0, count=64)) == Err(errno.ENOENT)
-    past = dotu_read_by_path(model, Tread(fid=2, offset=1, count=64))
-    assert past is not None and past.admits(Err(errno.ENOENT)) and not model.peek(Tread(fid=2, offset=1, count=64)).admits(
-        Err(errno.ENOENT))  # fmt: skip
+    later = Tread(fid=2, offset=1, count=64)
+    past = dotu_read_by_path(model, later)
+    assert past is not None and past.admits(Err(errno.ENOENT)) and not model.peek(later).admits(Err(errno.ENOENT))
 
 
 def test_a_size_and_ctime_on_a_read_only_fid_whose_name_is_gone_is_the_ftruncate_s_einval() -> None:
