@@ -24,8 +24,10 @@ from harness.p9.messages import Tlopen, Tmknod, Tsetattr, Twstat, twstat
 from harness.p9.session import Session
 
 MODELS = list(SECURITY_MODELS)
-#: longer than a host's timestamp granularity (a jiffy: 10 ms at HZ=100), so that a ctime a
-#: change moves is later than the one read before it
+#: longer than a host's timestamp granularity (Linux's coarse clock: a jiffy, 10 ms at HZ=100),
+#: so that a ctime a change moves is later than the one read before it; an export on a file
+#: system that keeps coarser times (ext4 with 128-byte inodes: seconds) fails these cases under
+#: every model
 TICK = 0.025
 
 
@@ -36,6 +38,8 @@ def make(p9: Session, dfid: int, host: Path, kind: str, name: str = "node") -> N
         (host / name).write_bytes(b"data")
     elif kind == "host_dir":
         (host / name).mkdir()
+    elif kind == "host_symlink":
+        (host / name).symlink_to("the/target")
     elif kind == "file":
         fid = p9.walk_fid(dfid, [])
         p9.lcreate(fid, name, os.O_RDWR, 0o640, gid=0)
@@ -55,9 +59,10 @@ SETATTR = {"mode": (wire.SETATTR_MODE, {"mode": 0o705}), "uid": (wire.SETATTR_UI
            "uid_gid": (wire.SETATTR_UID | wire.SETATTR_GID, {"uid": 3001, "gid": 3002})}  # fmt: skip
 #: the 9P2000.u Twstat changes: its fields
 WSTAT = {"mode": {"mode": 0o705}, "n_uid": {"n_uid": 3001}, "n_gid": {"n_gid": 3002}}
-#: the kinds each change is asked of (a symlink's mode is no request's to set: lchmod(2) is none)
-KINDS = ["file", "dir", "symlink", "host_file", "host_dir"]
-OWNED_ONLY = ("symlink",)
+#: the kinds each change is asked of; a symlink's mode is left out (Linux has no lchmod(2), and
+#: QEMU refuses a mode on one under passthrough)
+KINDS = ["file", "dir", "symlink", "regular_mknod", "host_file", "host_dir", "host_symlink"]
+OWNED_ONLY = ("symlink", "host_symlink")
 
 
 def kind_of(p9: Session, dfid: int, name: str) -> int:
@@ -71,6 +76,13 @@ def kind_of(p9: Session, dfid: int, name: str) -> int:
 def ctime(p9: Session, fid: int) -> int:
     attr = p9.getattr(fid)
     return attr.ctime_sec * 10**9 + attr.ctime_nsec
+
+
+def unowned(kind: str, security_model: str) -> None:
+    """Skip where the model cannot keep an owner for ``kind`` at all."""
+    if kind == "host_symlink" and security_model == "mapped-xattr":
+        pytest.skip("Linux keeps no user.* xattr on a symlink: mapped-xattr refuses an owner for one the host "
+                    "made (EPERM), so there is no change whose ctime to look at")  # fmt: skip
 
 
 def moved(p9: Session, fid: int, change: str, send: Tsetattr | Twstat) -> None:
@@ -93,6 +105,7 @@ def test_setattr_moves_the_ctime(place: Place, change_kind: str, security_model:
     """A Tsetattr of a mode or an owner moves the node's ctime (Tgetattr's, as a client sees it),
     and sets what it asked."""
     change, kind = change_kind.split("/")
+    unowned(kind, security_model)
     p9 = place.session
     make(p9, place.fid, place.host_path(), kind)
     fid = p9.walk_fid(place.fid, ["node"])
@@ -112,6 +125,7 @@ def test_setattr_moves_the_ctime(place: Place, change_kind: str, security_model:
 def test_wstat_moves_the_ctime(place: Place, change_kind: str, security_model: str, dialect: str) -> None:
     """9P2000.u: a Twstat of a mode or an owner moves the node's ctime."""
     _, change, kind = change_kind.split("/")
+    unowned(kind, security_model)
     p9 = place.session
     make(p9, place.fid, place.host_path(), kind)
     fid = p9.walk_fid(place.fid, ["node"])
@@ -119,6 +133,9 @@ def test_wstat_moves_the_ctime(place: Place, change_kind: str, security_model: s
     if change == "mode" and kind.endswith("dir"):
         fields["mode"] |= wire.DMDIR  # (a mode without its node's type is EIO)
     moved(p9, fid, change, twstat(fid, **fields))
+    record = p9.stat(fid)
+    assert {name: getattr(record, name) & (0o777 if name == "mode" else ~0) for name in fields} == {
+        name: value & (0o777 if name == "mode" else ~0) for name, value in fields.items()}  # fmt: skip
     p9.clunk(fid)
 
 
@@ -136,6 +153,11 @@ METADATA_KEPT = ("file", "dir", "symlink", "regular_mknod", "host_file_chmod", "
 def test_directory_nlink_counts_the_listed_subdirectories(place: Place, child: str, security_model: str) -> None:
     """A directory's link count (Tgetattr's nlink) is 2 and one for each directory its Treaddir
     lists, after a child of each kind is made in it, or made and removed."""
+    probe = place.host_path("probe")
+    probe.mkdir()
+    if probe.stat().st_nlink != 2:  # (btrfs counts no links of a directory: 1 for every one)
+        pytest.skip(f"the export's file system gives a new directory nlink {probe.stat().st_nlink}, not 2")
+    probe.rmdir()
     p9 = place.session
     p9.mkdir(place.fid, "d", 0o755, gid=0)
     d = p9.walk_fid(place.fid, ["d"])
